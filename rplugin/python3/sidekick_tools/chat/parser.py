@@ -1,0 +1,362 @@
+"""Parse a chat buffer (``*.sidekick.md``) into messages, tool calls and results.
+
+Pure Python, no Neovim. The format is fixed by DESIGN.md §4:
+
+* a message starts with ``SYSTEM:``, ``USER:`` or ``ASSISTANT:`` at column 0;
+* a fenced block opens with a run of at least three backticks at column 0 followed
+  by an info string (which, as in CommonMark, may not contain a backtick) and
+  closes with a line made only of at least as many backticks (trailing
+  whitespace allowed); role markers and headers inside any fenced block are text;
+* a tool call is a fenced block with info ``tool NAME [id=ID] [key=value ...]``
+  inside an ASSISTANT message, its body a JSON object of parameters;
+* its result is the fenced block ``result id=ID status=STATUS [key=value ...]``
+  that follows it with nothing but blank lines in between and carries the same id.
+
+``parse`` is one linear pass over the lines; only tool and result bodies are
+joined into strings, and only tool bodies are JSON-decoded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+ROLES = ("SYSTEM", "USER", "ASSISTANT")
+
+#: Tool call bodies larger than this (UTF-8 bytes) are refused without decoding.
+MAX_BODY_BYTES = 1024 * 1024
+
+_ROLE_BY_INITIAL = {role[0]: role for role in ROLES}
+_FENCE = "```"
+# A line (preceded by its "\n") that may open or close a fence or start a message.
+_EVENT = re.compile(r"\n(?:```|SYSTEM:|USER:|ASSISTANT:)")
+_NONSPACE = re.compile(r"\S")
+
+_JSON_TYPES = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+@dataclass
+class ResultBlock:
+    call_id: str | None
+    status: str | None  # raw status= value (may be invalid)
+    fields: dict[str, str]  # every key=value of the info string except id/status
+    start_row: int  # 0-based opening fence row
+    end_row: int  # 0-based closing fence row (last row of buffer if unclosed)
+    body: str
+    closed: bool
+
+
+@dataclass
+class ToolCall:
+    tool: str  # "" when the info string names none
+    call_id: str | None  # None when the header has no id=
+    start_row: int  # 0-based row of the opening fence ("header")
+    end_row: int  # closing fence row (or last row of buffer when unclosed)
+    fence: str  # the opening backtick run, e.g. "```"
+    body: str  # text between the fences, "\n"-joined, CR stripped
+    closed: bool
+    message_index: int  # index in Chat.messages
+    params: dict | None  # the JSON object, when it parses to an object
+    error: str | None  # first problem found or None
+    result: ResultBlock | None = None  # the result block that follows it, if any
+
+    @property
+    def last_row(self) -> int:
+        """Last row belonging to the call: the result's end row if any, else ``end_row``."""
+        return self.result.end_row if self.result is not None else self.end_row
+
+    @property
+    def pending(self) -> bool:
+        """True while the call has no result block."""
+        return self.result is None
+
+
+@dataclass
+class Message:
+    role: str  # "SYSTEM" | "USER" | "ASSISTANT"
+    start_row: int
+    end_row: int  # inclusive
+    calls: list[ToolCall] = field(default_factory=list)
+
+
+@dataclass
+class Chat:
+    messages: list[Message]
+    calls: list[ToolCall]  # in buffer order
+    _starts: list[int] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def call_at(self, row: int) -> ToolCall | None:
+        """The call whose header..last_row range contains ``row`` (0-based), if any."""
+        calls = self.calls
+        if len(self._starts) != len(calls):
+            self._starts = [c.start_row for c in calls]
+        i = bisect_right(self._starts, row) - 1
+        if i >= 0:
+            call = calls[i]
+            if call.start_row <= row <= call.last_row:
+                return call
+        return None
+
+    def last_assistant(self) -> Message | None:
+        """The last ASSISTANT message of the buffer, if any."""
+        for message in reversed(self.messages):
+            if message.role == "ASSISTANT":
+                return message
+        return None
+
+    def call_by_id(self, call_id: str) -> ToolCall | None:
+        """The first call whose header carries ``id=call_id``."""
+        for call in self.calls:
+            if call.call_id == call_id:
+                return call
+        return None
+
+
+def _key_values(tokens: list[str]) -> dict[str, str]:
+    """``key=value`` tokens as a dict (later keys win); tokens without ``=`` are ignored."""
+    out: dict[str, str] = {}
+    for token in tokens:
+        key, eq, value = token.partition("=")
+        if eq and key:
+            out[key] = value
+    return out
+
+
+def _join(lines: list[str], start: int, stop: int) -> str:
+    """``lines[start:stop]`` joined with newlines, a trailing CR stripped from each."""
+    chunk = lines[start:stop]
+    text = "\n".join(chunk)
+    if "\r" in text:
+        text = "\n".join(s[:-1] if s.endswith("\r") else s for s in chunk)
+    return text
+
+
+def _body_error(call: ToolCall) -> str | None:
+    """Decode the call's body into ``call.params``; return the problem, if any."""
+    body = call.body
+    size = len(body)
+    if size > MAX_BODY_BYTES // 4:  # only then can the UTF-8 size exceed the limit
+        size = len(body.encode("utf-8", "surrogatepass"))
+    if size > MAX_BODY_BYTES:
+        return (
+            f"Tool call body too large: {size} bytes, the limit is {MAX_BODY_BYTES} bytes "
+            f"(1 MiB); pass large content by file path instead"
+        )
+    if not body.strip():
+        return 'Empty tool call body: write the parameters as a JSON object, e.g. {"key": "value"}'
+    try:
+        value = json.loads(body)
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError):
+            buffer_line = call.start_row + 1 + exc.lineno
+            return (
+                f"Malformed JSON in tool call body: {exc.msg} at line {exc.lineno}, "
+                f"column {exc.colno} of the block (buffer line {buffer_line})"
+            )
+        return f"Malformed JSON in tool call body: {exc}"
+    if not isinstance(value, dict):
+        kind = _JSON_TYPES.get(type(value), type(value).__name__)
+        return (
+            f"Tool call body must be a JSON object of parameters, not {kind}: "
+            f'write it as {{"name": value, ...}}'
+        )
+    call.params = value
+    return None
+
+
+def _new_call(
+    lines: list[str],
+    tokens: list[str],
+    fence_len: int,
+    start: int,
+    end: int,
+    closed: bool,
+    message_index: int,
+    first_id_row: dict[str, int],
+) -> ToolCall:
+    name = tokens[1] if len(tokens) > 1 and "=" not in tokens[1] else ""
+    call_id = _key_values(tokens[1:]).get("id") or None
+    call = ToolCall(
+        tool=name,
+        call_id=call_id,
+        start_row=start,
+        end_row=end,
+        fence="`" * fence_len,
+        body=_join(lines, start + 1, end if closed else end + 1),
+        closed=closed,
+        message_index=message_index,
+        params=None,
+        error=None,
+    )
+    error = None
+    if not closed:
+        error = (
+            f"Unclosed fence: add a line {call.fence} to end the tool call "
+            f"that opens at line {start + 1}"
+        )
+    elif not name:
+        error = "Missing tool name: write the header as ```tool NAME"
+    if call_id is not None:
+        seen = first_id_row.get(call_id)
+        if seen is None:
+            first_id_row[call_id] = start
+        elif error is None:
+            error = (
+                f"Duplicate id {call_id}: already used at line {seen + 1}; "
+                f"give this call another id, or remove its id= to have one assigned"
+            )
+    body_error = _body_error(call)  # always runs: it also sets call.params
+    call.error = error or body_error
+    return call
+
+
+def _new_result(
+    lines: list[str], fields: dict[str, str], start: int, end: int, closed: bool
+) -> ResultBlock:
+    call_id = fields.pop("id", None) or None
+    status = fields.pop("status", None)
+    return ResultBlock(
+        call_id=call_id,
+        status=status,
+        fields=fields,
+        start_row=start,
+        end_row=end,
+        body=_join(lines, start + 1, end if closed else end + 1),
+        closed=closed,
+    )
+
+
+def parse(lines: list[str]) -> Chat:
+    """Parse buffer lines (0-based rows) into a :class:`Chat`.
+
+    The lines are joined once into a text that C-level searches scan: for the next
+    line that opens a fence or starts a message, then, inside a fence, directly for
+    its closing line. Python code runs only for those lines, so the cost is a few
+    milliseconds for 100,000 lines.
+    """
+    messages: list[Message] = []
+    calls: list[ToolCall] = []
+    last = len(lines) - 1
+
+    # Row r starts right after the r-th "\n" of `text` (0-based).
+    text = "\n" + "\n".join(lines)
+    if text.count("\n") != len(lines):  # a line holds "\n" (Neovim's NUL): hide it
+        text = "\n" + "\n".join(s.replace("\n", " ") for s in lines)
+    end_of_text = len(text)
+    find = text.find
+    count = text.count
+    search = _EVENT.search
+    nonspace = _NONSPACE.search
+
+    msg: Message | None = None
+    assistant = False  # the current message is an ASSISTANT message
+    candidate: ToolCall | None = None  # closed call that may still get its result
+    candidate_end = 0  # offset of the "\n" that ends the candidate's closing fence
+    first_id_row: dict[str, int] = {}
+
+    row = 0
+    row_nl = 0  # offset of the "\n" that starts `row`
+    pos = 0
+    while True:
+        m = search(text, pos)
+        if m is None:
+            break
+        nl = m.start()
+        row += count("\n", row_nl, nl)
+        row_nl = nl
+        line = lines[row]
+        if candidate is not None and nonspace(text, candidate_end, nl):
+            candidate = None
+
+        if line.startswith(_FENCE):
+            info = line.lstrip("`")
+            if "`" in info:  # CommonMark: a backtick fence's info has no backtick
+                candidate = None
+                pos = nl + 1
+                continue
+            fence_len = len(line) - len(info)
+            info = info.strip()
+            kind = 0  # 0: other block, 1: tool call, 2: result of `candidate`
+            tokens: list[str] = []
+            fields: dict[str, str] = {}
+            if info.startswith("tool") and assistant:
+                tokens = info.split()
+                if tokens[0] == "tool":
+                    kind = 1
+            elif info.startswith("result") and candidate is not None:
+                tokens = info.split()
+                if tokens[0] == "result":
+                    fields = _key_values(tokens[1:])
+                    if (fields.get("id") or None) == candidate.call_id:
+                        kind = 2
+            start = row
+
+            # Find the closing fence: a line of >= fence_len backticks and nothing else.
+            closer = "\n" + "`" * fence_len
+            p = nl + 1
+            while True:
+                j = find(closer, p)
+                if j == -1:
+                    eol = -1
+                    break
+                eol = find("\n", j + 1)
+                if eol == -1:
+                    eol = end_of_text
+                if not text[j + 1 : eol].rstrip().lstrip("`"):
+                    break
+                p = j + 1
+
+            if eol == -1:  # unclosed: the block runs to the end of the buffer
+                if kind == 1:
+                    assert msg is not None
+                    index = len(messages) - 1
+                    call = _new_call(
+                        lines, tokens, fence_len, start, last, False, index, first_id_row
+                    )
+                    calls.append(call)
+                    msg.calls.append(call)
+                elif kind == 2:
+                    assert candidate is not None
+                    candidate.result = _new_result(lines, fields, start, last, False)
+                break
+
+            row += count("\n", row_nl, j)
+            row_nl = j
+            target, candidate = candidate, None
+            if kind == 1:
+                assert msg is not None
+                call = _new_call(
+                    lines, tokens, fence_len, start, row, True, len(messages) - 1, first_id_row
+                )
+                calls.append(call)
+                msg.calls.append(call)
+                candidate = call
+                candidate_end = eol
+            elif kind == 2:
+                assert target is not None
+                target.result = _new_result(lines, fields, start, row, True)
+            pos = eol
+            continue
+
+        # A role marker (the only other kind of event).
+        role = _ROLE_BY_INITIAL[line[0]]
+        if msg is not None:
+            msg.end_row = row - 1
+        msg = Message(role=role, start_row=row, end_row=row, calls=[])
+        messages.append(msg)
+        assistant = role == "ASSISTANT"
+        candidate = None
+        pos = nl + 1
+
+    if msg is not None:
+        msg.end_row = last
+    return Chat(messages=messages, calls=calls)

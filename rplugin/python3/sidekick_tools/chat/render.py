@@ -1,0 +1,185 @@
+"""Render the plugin's additions to a chat buffer: result blocks, ids, notices.
+
+Pure Python, no Neovim. Everything produced here parses back with
+:func:`sidekick_tools.chat.parser.parse` to the same values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+
+_BACKTICK_RUN = re.compile(r"`+")
+_UNSAFE_VALUE = re.compile(r"[\s`]+")
+_ID_TOKEN = re.compile(r"(?<=\s)id=\S*")
+
+# Terminal escape sequences (7-bit forms):
+#   CSI  ESC [ params intermediates final
+#   OSC  ESC ] ... terminated by BEL or ST (ESC \); unterminated: to end of line
+#   DCS/SOS/PM/APC  ESC P|X|^|_ ... ST; unterminated: to end of line
+#   any other ESC sequence: ESC, intermediates (0x20-0x2F), one final byte
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?"
+    r"|\x1b[PX^_][^\x1b\n]*(?:\x1b\\)?"
+    r"|\x1b[ -/]*[0-~]"
+    r"|\x1b"
+)
+# C0 controls except \t and \n, DEL, and C1 controls (CR is handled before this runs).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]+")
+
+_SNIFF = 8192
+# Control bytes that do not occur in text output (tab, LF, CR and ESC do).
+_BINARY_CONTROLS = bytes(b for b in [*range(0x20), 0x7F] if b not in b"\t\n\r\x1b")
+
+
+def fence_for(text: str, minimum: int = 3) -> str:
+    """A backtick fence longer than any backtick run in ``text``, at least ``minimum`` long."""
+    longest = max((len(m) for m in _BACKTICK_RUN.findall(text)), default=0)
+    return "`" * max(minimum, longest + 1)
+
+
+def _token(value: object) -> str:
+    """A value made safe for an info string: no whitespace, no backticks."""
+    return _UNSAFE_VALUE.sub("_", str(value))
+
+
+def _format_value(key: str, value: str | int | float) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if key == "duration" and isinstance(value, (int, float)):
+        return f"{float(value):.2f}s"
+    if isinstance(value, float):
+        if value.is_integer():
+            return str(int(value))
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+    return _token(value)
+
+
+def result_lines(
+    call_id: str, status: str, fields: dict[str, str | int | float], body: str
+) -> list[str]:
+    """The whole result block, fences included, as buffer lines.
+
+    ``fields`` are rendered in insertion order as ``key=value``; ``None`` values are
+    skipped, a numeric ``duration`` renders as seconds (``duration=2.31s``), other
+    floats without trailing zeros, and whitespace or backticks inside values become
+    ``_`` so the info string stays one token per field. ``body`` is written verbatim
+    (split on ``\\n``; an empty body gives no body lines), so parsing the block back
+    gives the same body; strip a trailing newline before calling if you do not want
+    a blank last line.
+    """
+    fence = fence_for(body)
+    parts = [f"{fence}result id={_token(call_id)} status={_token(status)}"]
+    for key, value in fields.items():
+        if value is None:
+            continue
+        parts.append(f"{_token(key)}={_format_value(key, value)}")
+    lines = [" ".join(parts)]
+    if body:
+        lines.extend(body.split("\n"))
+    lines.append(fence)
+    return lines
+
+
+def header_with_id(header_line: str, call_id: str) -> str:
+    """The call header with ``id=call_id``: appended when it has none, else replaced.
+
+    Everything else on the line is kept (a trailing CR too); trailing blanks before
+    the appended token are dropped.
+    """
+    line, cr = (header_line[:-1], "\r") if header_line.endswith("\r") else (header_line, "")
+    fence_end = len(line) - len(line.lstrip("`"))
+    fence, info = line[:fence_end], line[fence_end:]
+    new_info, count = _ID_TOKEN.subn(lambda _m: f"id={call_id}", info, count=1)
+    if not count:
+        new_info = f"{info.rstrip()} id={call_id}"
+    return f"{fence}{new_info}{cr}"
+
+
+def new_call_id(taken: set[str]) -> str:
+    """A fresh call id, ``call_`` followed by 6 lowercase hex digits, not in ``taken``."""
+    while True:
+        call_id = "call_" + secrets.token_hex(3)
+        if call_id not in taken:
+            return call_id
+
+
+def truncate_tail(text: str, max_lines: int, log_path: str | None) -> str:
+    """Keep the last ``max_lines`` lines of ``text``; say how many were cut and where all is.
+
+    A trailing newline does not count as an extra line and is preserved. When lines
+    are cut, the result starts with one line such as
+    ``[... 1234 earlier lines truncated; full output: /path/to/log]``.
+    """
+    max_lines = max(0, max_lines)
+    trailing = text.endswith("\n")
+    lines = (text[:-1] if trailing else text).split("\n")
+    if not text or len(lines) <= max_lines:
+        return text
+    cut = len(lines) - max_lines
+    word = "line" if cut == 1 else "lines"
+    note = f"[... {cut} earlier {word} truncated"
+    note += f"; full output: {log_path}]" if log_path else "]"
+    kept = lines[cut:]
+    out = "\n".join([note, *kept])
+    return out + "\n" if trailing and kept else out
+
+
+def _is_binary(data: bytes) -> bool:
+    sample = data[:_SNIFF]
+    if b"\x00" in sample:
+        return True
+    controls = len(sample) - len(sample.translate(None, _BINARY_CONTROLS))
+    return controls * 10 > len(sample) * 3
+
+
+def _collapse_cr(line: str) -> str:
+    """Carriage returns within a line: keep what a terminal would finally show last."""
+    for segment in reversed(line.split("\r")):
+        if segment:
+            return segment
+    return ""
+
+
+def clean_output(data: bytes) -> str:
+    """Process output as text fit for a buffer.
+
+    Binary data (a NUL byte, or more than 30 % control characters other than
+    ``\\t \\n \\r ESC``, within the first 8 KiB) gives ``[binary output: N bytes not
+    shown]``. Otherwise: UTF-8 decoded with U+FFFD for invalid bytes, terminal escape
+    sequences removed, CRLF turned into LF, a line overwritten with lone CRs
+    (progress bars) reduced to its last non-empty segment, and the remaining control
+    characters except tab and newline removed.
+    """
+    if not data:
+        return ""
+    if _is_binary(data):
+        return f"[binary output: {len(data)} bytes not shown]"
+    text = data.decode("utf-8", "replace")
+    if "\x1b" in text:
+        text = _ESCAPES.sub("", text)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+        if "\r" in text:
+            text = "\n".join(_collapse_cr(s) if "\r" in s else s for s in text.split("\n"))
+    return _CONTROLS.sub("", text)
+
+
+def notice_lines(payload: dict) -> list[str]:
+    """The completion notice (DESIGN §7): a ``USER:`` message carrying ``payload`` as JSON.
+
+    ``payload`` holds ``id, status, started_at, ended_at, duration_seconds, exit_code,
+    output, log``; ``output`` must already be tail-truncated by the caller. The lines
+    end with an empty line so that following text stays apart from the block.
+    """
+    text = json.dumps(payload, indent=2, ensure_ascii=False)
+    fence = fence_for(text)
+    return [
+        f"USER: [sidekick task {payload.get('id')} {payload.get('status')}]",
+        f"{fence}json",
+        *text.split("\n"),
+        fence,
+        "",
+    ]

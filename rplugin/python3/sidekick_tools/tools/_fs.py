@@ -1,0 +1,115 @@
+"""Path resolution, the "inside cwd" test, and atomic writes, shared by the file tools."""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+
+class PathError(ValueError):
+    """A path parameter that cannot name a file (e.g. it holds a NUL byte)."""
+
+
+def resolve(path: str, cwd: str) -> str:
+    """Absolute, normalised path of ``path`` taken relative to ``cwd``.
+
+    ``~`` is expanded; ``..`` is folded lexically; symlinks are left alone
+    (use `real` for that).
+    """
+    if "\x00" in path:
+        raise PathError("path contains a NUL character")
+    return os.path.normpath(os.path.join(os.path.abspath(cwd), os.path.expanduser(path)))
+
+
+def real(path: str, cwd: str) -> str:
+    """Like `resolve`, with every existing symlink along the way resolved."""
+    return os.path.realpath(resolve(path, cwd))
+
+
+def is_inside(path: str, cwd: str) -> bool:
+    """Whether ``path`` really is ``cwd`` or under it.
+
+    Both sides are resolved to real paths, so neither ``..`` nor a symlink
+    (anywhere along the path, the last component included) can escape.
+    For a path that does not exist yet, its existing ancestors decide.
+    """
+    try:
+        target = real(path, cwd)
+        root = os.path.realpath(os.path.abspath(cwd))
+    except (PathError, ValueError, OSError):
+        return False
+    if target == root:
+        return True
+    return target.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def atomic_write(target: str, data: bytes) -> int | None:
+    """Write ``data`` to ``target`` so readers see the old or the new file, never half.
+
+    Creates missing parent directories. Writes a temporary file in the same
+    directory, fsyncs it, gives it the old file's permission bits (or the
+    umask default for a new file) and renames it over ``target``. A symlink
+    at ``target`` is followed: the file it points to is replaced, not the link.
+    Returns the previous size in bytes, or None when the file was created.
+    """
+    target = os.path.realpath(target)
+    parent = os.path.dirname(target)
+    if os.path.isdir(target):
+        raise IsADirectoryError(f"{target} is a directory")
+    os.makedirs(parent, exist_ok=True)
+    try:
+        old = os.stat(target)
+    except FileNotFoundError:
+        old = None
+
+    base = os.path.basename(target)
+    while True:
+        tmp = os.path.join(parent, f".{base}.{secrets.token_hex(4)}.tmp")
+        try:
+            # 0o666 & ~umask for a new file, applied by the kernel.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if old is not None:
+            os.chmod(tmp, old.st_mode & 0o7777)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(parent)
+    return None if old is None else old.st_size
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def describe_os_error(err: OSError) -> str:
+    """Short wording for the usual file errors."""
+    if isinstance(err, FileNotFoundError):
+        return "no such file or directory"
+    if isinstance(err, IsADirectoryError):
+        return "is a directory"
+    if isinstance(err, NotADirectoryError):
+        return "a parent of this path is not a directory"
+    if isinstance(err, PermissionError):
+        return "permission denied"
+    return err.strerror or str(err)

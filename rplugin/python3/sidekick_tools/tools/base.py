@@ -1,0 +1,92 @@
+"""The seam between the host and every tool: context in, result out.
+
+A tool is any object with ``name``, ``schema``, ``description``, an
+``auto_accept(params, ctx)`` predicate and a coroutine ``run(params, ctx)``.
+Tools never talk to Neovim; they get everything they need from `ToolContext`
+and answer with a `ToolResult` that the host renders into a result block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..tasks.manager import TaskManager
+
+FieldValue = Union[str, int, float]
+Fields = dict[str, FieldValue]
+
+#: Every status a result block may carry (DESIGN §4).
+STATUSES = ("completed", "failed", "running", "cancelled", "denied")
+
+
+@dataclass
+class ToolContext:
+    """What a tool may use while it runs.
+
+    ``cwd`` is the chat's working directory (absolute); relative paths in
+    parameters are taken relative to it. ``tasks`` is the host's task manager,
+    ``chat`` the chat identity (buffer name) and ``call_id`` the id of the call
+    being run; both are handed on to tasks so completions find their way back.
+    """
+
+    cwd: str
+    tasks: TaskManager
+    config: Config
+    chat: str = ""
+    call_id: str = ""
+
+
+@dataclass
+class ToolResult:
+    """The outcome of one call: what the host writes into the result block.
+
+    ``fields`` become ``key=value`` pairs in the block's info string
+    (``exit=``, ``task=``, ``duration=``, ``reason=``); values never contain
+    whitespace.
+    """
+
+    status: str
+    body: str = ""
+    fields: Fields = field(default_factory=dict)
+
+    @classmethod
+    def ok(cls, body: str = "", **fields: FieldValue) -> ToolResult:
+        return cls("completed", body, dict(fields))
+
+    @classmethod
+    def fail(cls, body: str, **fields: FieldValue) -> ToolResult:
+        return cls("failed", body, dict(fields))
+
+    @classmethod
+    def running(cls, body: str, **fields: FieldValue) -> ToolResult:
+        return cls("running", body, dict(fields))
+
+    @classmethod
+    def cancelled(cls, body: str, **fields: FieldValue) -> ToolResult:
+        return cls("cancelled", body, dict(fields))
+
+    @classmethod
+    def denied(cls, reason: str) -> ToolResult:
+        return cls("denied", reason, {})
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """Interface every entry of ``tools.REGISTRY`` satisfies."""
+
+    name: str
+    schema: dict[str, Any]  # JSON schema of the parameters (see tools/schema.py)
+    description: str  # one line, for docs and prompts
+
+    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
+        """The tool's own condition for running without asking.
+
+        Only `tools.policy.decide` combines it with the user's configuration;
+        the host must ask `decide`, never this predicate alone.
+        """
+        ...
+
+    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult: ...

@@ -1,0 +1,64 @@
+"""Whether a tool call runs without asking: the one place that decides.
+
+`decide(tool_name, params, ctx, policy_answer)` returns ``"approve"``,
+``"deny"`` or ``"ask"``:
+
+1. ``policy_answer`` is what the user's Lua ``auto_accept.policy`` function
+   returned for this call (the host asks Lua first, when
+   ``config.auto_accept.has_policy``). ``"approve"`` or ``"deny"`` wins outright,
+   whatever the tool and parameters. Anything else (nil, other strings) means
+   "no opinion" and the defaults below apply.
+2. Unknown tools, and parameters that fail the tool's schema: ``"ask"``.
+3. ``run_terminal_command``: ``"approve"`` iff the command passes the safe-prefix
+   predicate (starts word by word with one of ``config.auto_accept.safe_commands``
+   and contains no shell control or expansion). ``config.auto_accept.tools``
+   plays no part: listing the tool there does not approve arbitrary commands.
+4. ``use_agent``: ``"approve"`` iff ``config.agents[params.agent].auto_accept``.
+5. Every other tool: ``"approve"`` iff its name is in ``config.auto_accept.tools``
+   AND its own ``auto_accept(params, ctx)`` predicate holds. For read_files and
+   list_directory the predicate is "every path is really inside cwd"; for
+   write_file and replace_in_file it is the same, but they are not in the
+   default list, so writes are never auto-accepted unless the user adds them.
+   A predicate that raises counts as false.
+
+Otherwise ``"ask"``: the call waits for the user (:SidekickRunTool).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import ToolContext
+
+APPROVE = "approve"
+DENY = "deny"
+ASK = "ask"
+
+
+def decide(
+    tool_name: str,
+    params: Any,
+    ctx: ToolContext,
+    policy_answer: str | None = None,
+) -> str:
+    if isinstance(policy_answer, str) and policy_answer.strip().lower() in (APPROVE, DENY):
+        return policy_answer.strip().lower()
+
+    from . import REGISTRY, check_call  # late: the registry imports every tool
+
+    tool = REGISTRY.get(tool_name)
+    if tool is None or not isinstance(params, dict) or check_call(tool_name, params):
+        return ASK
+
+    config = ctx.config
+    if tool_name == "use_agent":
+        name = params.get("agent")
+        agent = config.agents.get(name) if isinstance(name, str) else None
+        return APPROVE if agent is not None and agent.auto_accept else ASK
+    if tool_name != "run_terminal_command" and tool_name not in config.auto_accept.tools:
+        return ASK
+    try:
+        accepted = bool(tool.auto_accept(params, ctx))
+    except Exception:
+        accepted = False
+    return APPROVE if accepted else ASK

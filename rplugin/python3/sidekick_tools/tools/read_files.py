@@ -1,0 +1,126 @@
+"""read_files: the contents of one or more files, one section per file."""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import os
+import stat
+from typing import Any
+
+from . import _fs
+from .base import ToolContext, ToolResult
+from .schema import validate
+
+MAX_FILE_BYTES = 256 * 1024
+_SNIFF = 8192
+
+
+class ReadFiles:
+    name = "read_files"
+    description = "Read one or more text files (paths relative to the chat's working directory)."
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "paths": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1},
+                "minItems": 1,
+                "description": "Files to read, relative to the working directory.",
+            },
+        },
+        "required": ["paths"],
+        "additionalProperties": False,
+    }
+
+    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
+        """True when every path really lies inside ctx.cwd (symlinks and .. resolved)."""
+        paths = params.get("paths")
+        if not isinstance(paths, list) or not paths:
+            return False
+        return all(isinstance(p, str) and _fs.is_inside(p, ctx.cwd) for p in paths)
+
+    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        err = validate(self.schema, params)
+        if err:
+            return ToolResult.fail(err)
+        return await asyncio.to_thread(read_sections, list(params["paths"]), ctx.cwd)
+
+
+def read_sections(paths: list[str], cwd: str) -> ToolResult:
+    sections = []
+    failed = 0
+    for shown in paths:
+        ok, text = _read_one(shown, cwd)
+        failed += not ok
+        sections.append(f"==> {shown} <==\n{text}")
+    body = "\n\n".join(sections)
+    if failed:
+        return ToolResult.fail(body)
+    return ToolResult.ok(body)
+
+
+def _read_one(shown: str, cwd: str) -> tuple[bool, str]:
+    """(ok, text) for one path; text is the content or a bracketed error."""
+    try:
+        path = _fs.resolve(shown, cwd)
+        # O_NONBLOCK: opening a FIFO must not hang; it is rejected just below.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if stat.S_ISDIR(st.st_mode):
+                return False, "[error: is a directory; use list_directory]"
+            if not stat.S_ISREG(st.st_mode):
+                return False, "[error: not a regular file]"
+            data = f.read(MAX_FILE_BYTES)
+    except _fs.PathError as e:
+        return False, f"[error: {e}]"
+    except IsADirectoryError:
+        return False, "[error: is a directory; use list_directory]"
+    except OSError as e:
+        return False, f"[error: {_fs.describe_os_error(e)}]"
+    return True, _render(data, st.st_size)
+
+
+def _render(data: bytes, size: int) -> str:
+    if looks_binary(data):
+        return f"[binary file: {size} bytes]"
+    truncated = size > len(data)
+    # An incremental decoder holds back a multi-byte character cut by the cap.
+    text = codecs.getincrementaldecoder("utf-8")("replace").decode(data, final=not truncated)
+    if text.endswith("\n"):
+        text = text[:-1]
+    notes = []
+    if "\ufffd" in text and not _valid_utf8(data, truncated):
+        notes.append("[note: not valid UTF-8; undecodable bytes are shown as \ufffd]")
+    if truncated:
+        notes.append(
+            f"[truncated: showing the first {len(data)} of {size} bytes; "
+            "read the rest with run_terminal_command (e.g. tail/sed)]"
+        )
+    if not notes:
+        return text
+    return "\n".join([text, *notes]) if text else "\n".join(notes)
+
+
+def looks_binary(data: bytes) -> bool:
+    """NUL bytes, or mostly undecodable, in the first 8 KiB."""
+    head = data[:_SNIFF]
+    if b"\x00" in head:
+        return True
+    if not head:
+        return False
+    decoded = codecs.getincrementaldecoder("utf-8")("replace").decode(head, final=False)
+    bad = decoded.count("\ufffd") - head.count(b"\xef\xbf\xbd")
+    return bad > max(8, len(decoded) // 10)
+
+
+def _valid_utf8(data: bytes, truncated: bool) -> bool:
+    try:
+        codecs.getincrementaldecoder("utf-8")("strict").decode(data, final=not truncated)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+TOOL = ReadFiles()

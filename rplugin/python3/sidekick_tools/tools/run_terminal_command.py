@@ -1,0 +1,286 @@
+"""run_terminal_command: a shell command run as a background task, hybrid wait.
+
+``async`` absent: wait up to config.tasks.hybrid_threshold seconds, then either
+the result or a ``running`` block naming the task. ``async: true``: the token at
+once. ``async: false``: wait for the end. See DESIGN §7.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import types
+from datetime import datetime
+from typing import Any
+
+from . import _fs
+from .base import ToolContext, ToolResult
+from .schema import validate
+
+TAIL_BYTES = 256 * 1024  # at most this much of each of stdout/stderr goes into a body
+TERMINAL = ("completed", "failed", "cancelled")
+
+# Anything that lets a "safe" command do something else: command separators,
+# pipes, redirections, substitution/expansion, line breaks. `$` is rejected
+# outright (no $VAR, $(...), ${...}, $'...'), and so is every control character.
+_UNSAFE = re.compile(r"[;&|<>`$\x00-\x08\x0a-\x1f\x7f]")
+
+# Words are split the way sh splits them (space and tab only), so a
+# non-breaking space cannot make "ls\u00a0x" look like "ls x".
+_WORDS = re.compile(r"[ \t]+")
+
+_REASONS = {
+    "timeout": "timed out; the process group was killed",
+    "cancelled": "cancelled",
+    "signal": "killed by a signal",
+    "spawn_error": "could not start the command",
+    "host restarted": "the host restarted while it ran; its outcome is unknown",
+}
+
+
+class RunTerminalCommand:
+    name = "run_terminal_command"
+    description = "Run a shell command in the background as a task; wait briefly for its result."
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "command": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Shell command line (run with /bin/sh -c).",
+            },
+            "purpose": {
+                "type": "string",
+                "description": "Why it runs; used as the task's label.",
+            },
+            "cwd": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Working directory, relative to the chat's; default the chat's.",
+            },
+            "timeout_seconds": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "description": "Kill the command after this many seconds (default 1800).",
+            },
+            "async": {
+                "type": "boolean",
+                "description": "true: return the task id at once; false: wait for the end; "
+                "absent: wait up to the hybrid threshold (10 s).",
+            },
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    }
+
+    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
+        command = params.get("command")
+        if not isinstance(command, str):
+            return False
+        return is_safe_command(command, ctx.config.auto_accept.safe_commands)
+
+    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        err = validate(self.schema, params)
+        if err:
+            return ToolResult.fail(err)
+        command: str = params["command"]
+        purpose = (params.get("purpose") or "").strip()
+        timeout = params.get("timeout_seconds")
+        mode = params.get("async")  # True | False | None
+
+        shown_cwd = params.get("cwd")
+        try:
+            cwd = _fs.resolve(shown_cwd, ctx.cwd) if shown_cwd else os.path.abspath(ctx.cwd)
+        except _fs.PathError as e:
+            return ToolResult.fail(f'parameter "cwd": {e}')
+        if not os.path.isdir(cwd):
+            what = "is not a directory" if os.path.exists(cwd) else "does not exist"
+            return ToolResult.fail(f"working directory {shown_cwd or cwd} {what}")
+
+        spec = _make_spec(
+            tool=self.name,
+            label=purpose or command,
+            command=command,
+            cwd=cwd,
+            env={},
+            timeout=float(timeout) if timeout else None,
+            chat=ctx.chat,
+            call_id=ctx.call_id,
+        )
+        try:
+            task = await ctx.tasks.submit(spec)
+        except Exception as e:  # the manager refused: report, don't crash the call
+            return ToolResult.fail(f"could not start the command: {e}", reason="spawn_error")
+
+        token = str(task.id)
+        if task_status(task) in TERMINAL:
+            return result_from_task(task)
+        if mode is True:
+            return running_result(task)
+        threshold = None if mode is False else float(ctx.config.tasks.hybrid_threshold)
+        task = await ctx.tasks.wait(token, threshold)
+        if task_status(task) in TERMINAL:
+            return result_from_task(task)
+        return running_result(task, waited=threshold)
+
+
+def is_safe_command(command: str, safe_prefixes: Any) -> bool:
+    """Whether ``command`` may run without asking.
+
+    It must begin with one of ``safe_prefixes`` word by word ("ls" matches
+    "ls -la" but not "lsblk"; "git status" needs both words), and contain no
+    shell control or expansion: ``; & | < > ` $``, newline, carriage return or
+    any other control character (tab is allowed as a word separator).
+    """
+    text = command.strip(" \t")
+    if not text or _UNSAFE.search(text):
+        return False
+    words = _WORDS.split(text)
+    for prefix in safe_prefixes or ():
+        wanted = str(prefix).strip(" \t")
+        if not wanted or _UNSAFE.search(wanted):
+            continue  # an empty prefix would match everything
+        want = _WORDS.split(wanted)
+        if words[: len(want)] == want:
+            return True
+    return False
+
+
+def task_status(task: Any) -> str:
+    status = task.status
+    return str(status.value if hasattr(status, "value") else status)
+
+
+def running_result(task: Any, waited: float | None = None) -> ToolResult:
+    """The ``status=running task=TOKEN`` block for a task that is not done yet."""
+    token = str(task.id)
+    queued = task_status(task) == "queued"
+    state = "queued (the concurrency limit is reached)" if queued else "running"
+    if waited is None:
+        lead = f"Started in the background as task {token}, {state}."
+    elif queued:
+        lead = (
+            f"Still queued after {_secs(waited)} as task {token} "
+            "(the concurrency limit is reached)."
+        )
+    else:
+        lead = f"Still running after {_secs(waited)} as task {token}."
+    body = (
+        f"{lead} It continues in the background; its result will replace this block "
+        f'when it ends. Await it with await_task {{"task": "{token}"}} or stop it with '
+        f"halt_task (or :SidekickHalt {token})."
+    )
+    return ToolResult.running(body, task=token)
+
+
+def result_from_task(task: Any, tail_bytes: int = TAIL_BYTES) -> ToolResult:
+    """The result block of a task; the host also calls it when a background task ends.
+
+    Body: the tail of stdout, then the tail of stderr under a ``[stderr]`` line
+    (bytes decoded as UTF-8 with replacement; ANSI cleaning and line truncation
+    are the renderer's job). Status ``completed`` when the task completed with
+    exit 0, ``cancelled`` when cancelled, else ``failed``. Fields, in order:
+    ``exit`` (when known), ``duration`` (float seconds, 2 decimals), ``reason`` (when the
+    task did not simply exit; spaces become underscores), ``task``.
+    """
+    state = task_status(task)
+    if state not in TERMINAL:
+        return running_result(task)
+    token = str(task.id)
+    exit_code = getattr(task, "exit_code", None)
+    reason = str(getattr(task, "reason", None) or "")
+
+    if state == "cancelled":
+        status = "cancelled"
+    elif state == "completed" and exit_code in (0, None):
+        status = "completed"
+    else:
+        status = "failed"
+
+    fields: dict[str, Any] = {}
+    if exit_code is not None:
+        fields["exit"] = int(exit_code)
+    duration = _duration(task)
+    if duration is not None:
+        fields["duration"] = round(duration, 2)  # seconds; the renderer writes "2.31s"
+    if status != "completed" and reason and reason != "exit":
+        fields["reason"] = re.sub(r"\s+", "_", reason.strip())
+    fields["task"] = token
+
+    log_dir = getattr(task, "log_dir", None)
+    out = _tail(log_dir, "stdout", tail_bytes)
+    err = _tail(log_dir, "stderr", tail_bytes)
+    parts = []
+    if out:
+        parts.append(out)
+    if err:
+        parts.append("[stderr]\n" + err)
+    if status != "completed" and reason in _REASONS:
+        parts.append(f"[{_REASONS[reason]}]")
+    elif status != "completed" and reason and reason != "exit":
+        parts.append(f"[{reason}]")
+    body = "\n".join(parts) if parts else "(no output)"
+    return ToolResult(status, body, fields)
+
+
+def _tail(log_dir: Any, name: str, limit: int) -> str:
+    if not log_dir:
+        return ""
+    path = os.path.join(str(log_dir), name)
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - limit)
+            f.seek(start)
+            data = f.read(limit)
+    except OSError:
+        return ""
+    note = ""
+    if start:
+        # Drop the partial first line (or at least a cut UTF-8 sequence).
+        nl = data.find(b"\n")
+        cut_line = 0 <= nl < 4096
+        data = data[nl + 1 :] if cut_line else data.lstrip(bytes(range(0x80, 0xC0)))
+        note = f"[... {size - len(data)} earlier bytes not shown; full log: {path}]\n"
+    text = data.decode("utf-8", errors="replace")
+    if text.endswith("\n"):
+        text = text[:-1]
+    return note + text if text or note else ""
+
+
+def _duration(task: Any) -> float | None:
+    start = _epoch(getattr(task, "started_at", None))
+    end = _epoch(getattr(task, "ended_at", None))
+    if start is None or end is None:
+        return None
+    return max(0.0, end - start)
+
+
+def _epoch(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _secs(seconds: float) -> str:
+    return f"{seconds:g}s"
+
+
+def _make_spec(**kw: Any) -> Any:
+    """A TaskSpec when the task package provides one, else a stand-in with the same fields."""
+    try:
+        from ..tasks.manager import TaskSpec
+    except ImportError:
+        try:
+            from ..tasks.model import TaskSpec  # type: ignore[no-redef]
+        except ImportError:
+            return types.SimpleNamespace(**kw)
+    return TaskSpec(**kw)
+
+
+TOOL = RunTerminalCommand()

@@ -1,0 +1,73 @@
+"""write_file: create or replace a whole file, atomically."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from . import _fs
+from .base import ToolContext, ToolResult
+from .schema import MAX_CONTENT, validate
+
+
+class WriteFile:
+    name = "write_file"
+    description = "Create or overwrite a file with the given content (parent directories created)."
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "path": {
+                "type": "string",
+                "minLength": 1,
+                "description": "File to write, relative to the working directory.",
+            },
+            "content": {
+                "type": "string",
+                "maxLength": MAX_CONTENT,
+                "description": "The complete new content of the file.",
+            },
+        },
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    }
+
+    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
+        """The path really lies inside ctx.cwd.
+
+        This is only the tool's own condition: `policy.decide` additionally
+        requires "write_file" in config.auto_accept.tools, which it is not by
+        default, so writes are never auto-accepted unless the user opts in.
+        """
+        path = params.get("path")
+        return isinstance(path, str) and _fs.is_inside(path, ctx.cwd)
+
+    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        err = validate(self.schema, params)
+        if err:
+            return ToolResult.fail(err)
+        return await asyncio.to_thread(write, params["path"], params["content"], ctx.cwd)
+
+
+def write(shown: str, content: str, cwd: str) -> ToolResult:
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError:
+        return ToolResult.fail(f"{shown}: content is not valid Unicode (lone surrogate)")
+    try:
+        previous = _fs.atomic_write(_fs.resolve(shown, cwd), data)
+    except _fs.PathError as e:
+        return ToolResult.fail(f"{shown}: {e}")
+    except OSError as e:
+        return ToolResult.fail(f"{shown}: cannot write: {_fs.describe_os_error(e)}")
+    if previous is None:
+        return ToolResult.ok(f"Created {shown} ({_bytes(len(data))} written).")
+    return ToolResult.ok(
+        f"Replaced {shown} ({_bytes(len(data))} written; it had {_bytes(previous)})."
+    )
+
+
+def _bytes(n: int) -> str:
+    return "1 byte" if n == 1 else f"{n} bytes"
+
+
+TOOL = WriteFile()

@@ -1,0 +1,361 @@
+"""Tests for sidekick_tools.chat.render, and for rendered text parsing back."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+from sidekick_tools.chat import (
+    clean_output,
+    fence_for,
+    header_with_id,
+    new_call_id,
+    notice_lines,
+    parse,
+    result_lines,
+    truncate_tail,
+)
+from sidekick_tools.chat import render as render_mod
+
+CALL = ["ASSISTANT: running", "```tool run_terminal_command id=call_01", '{"command": "x"}', "```"]
+
+
+def roundtrip(body: str, status: str = "completed", fields: dict | None = None):
+    """Render a result after CALL, parse the whole thing, return the parsed result."""
+    lines = [*CALL, "", *result_lines("call_01", status, fields or {}, body), "USER: next"]
+    chat = parse(lines)
+    assert [m.role for m in chat.messages] == ["ASSISTANT", "USER"]
+    assert len(chat.calls) == 1
+    result = chat.calls[0].result
+    assert result is not None
+    assert result.closed
+    assert result.end_row == len(lines) - 2
+    return result
+
+
+# --------------------------------------------------------------------------- fence_for
+
+
+@pytest.mark.parametrize(
+    ("text", "minimum", "expected"),
+    [
+        ("", 3, 3),
+        ("no backticks", 3, 3),
+        ("`a` ``b``", 3, 3),
+        ("a```b", 3, 4),
+        ("```\n`````\n``", 3, 6),
+        ("x" + "`" * 10, 3, 11),
+        ("``", 5, 5),
+        ("``````", 5, 7),
+    ],
+)
+def test_fence_for(text, minimum, expected):
+    assert fence_for(text, minimum) == "`" * expected
+
+
+# --------------------------------------------------------------------------- result_lines
+
+
+def test_result_lines_basic():
+    assert result_lines(
+        "call_01", "completed", {"exit": 0, "duration": 2.3111}, "12 passed in 2.10s"
+    ) == [
+        "```result id=call_01 status=completed exit=0 duration=2.31s",
+        "12 passed in 2.10s",
+        "```",
+    ]
+
+
+def test_result_lines_empty_body_has_no_body_lines():
+    assert result_lines("c", "denied", {}, "") == ["```result id=c status=denied", "```"]
+
+
+def test_result_lines_field_formatting_and_order():
+    fields = {
+        "task": "a1b2c3",
+        "exit": 1,
+        "duration": "12.00s",
+        "reason": "host restarted",
+        "ratio": 0.5,
+        "whole": 3.0,
+        "skip": None,
+        "flag": True,
+        "d2": 1.23456,
+    }
+    header = result_lines("c", "failed", fields, "x")[0]
+    assert header == (
+        "```result id=c status=failed task=a1b2c3 exit=1 duration=12.00s "
+        "reason=host_restarted ratio=0.5 whole=3 flag=true d2=1.235"
+    )
+
+
+def test_result_lines_integer_duration():
+    assert result_lines("c", "completed", {"duration": 2}, "")[0].endswith("duration=2.00s")
+
+
+def test_result_lines_values_cannot_break_the_info_string():
+    lines = result_lines("c", "failed", {"reason": "a ``` b\tc"}, "")
+    assert lines[0] == "```result id=c status=failed reason=a_b_c"
+    chat = parse([*CALL[:1], "```tool a id=c", "{}", "```", *lines])
+    assert chat.calls[0].result.fields == {"reason": "a_b_c"}
+
+
+def test_result_lines_fence_longer_than_body_runs():
+    body = "before\n```\nUSER: not a message\n`````\nafter"
+    lines = result_lines("c", "completed", {}, body)
+    assert lines[0].startswith("``````result ")
+    assert lines[-1] == "``````"
+    assert lines[1:-1] == body.split("\n")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "plain",
+        "",
+        "\n",
+        "trailing newline\n",
+        "\n\nleading blank lines",
+        "```",
+        "````\n```\n`",
+        "```result id=call_01 status=completed\n```",
+        "USER: hi\nASSISTANT: there\nSYSTEM: x",
+        "```tool run_terminal_command id=call_02\n{}\n```",
+        "tab\tand unicode é ✓",
+        "   ```   ",
+    ],
+)
+def test_roundtrip_examples(body):
+    result = roundtrip(body, "failed", {"exit": 2, "duration": 0.5})
+    assert result.body == body
+    assert result.status == "failed"
+    assert result.fields == {"exit": "2", "duration": "0.50s"}
+    assert result.call_id == "call_01"
+
+
+def test_roundtrip_random_bodies():
+    rng = random.Random(1234)
+    pieces = ["`", "``", "```", "````", "`````", "x", "é", "{", "}", " ", "\t", "\n", "\n\n"]
+    pieces += ["USER:", "ASSISTANT: ", "```tool a", "```result id=call_01 status=completed"]
+    for _ in range(500):
+        body = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+        fields = {"exit": rng.randint(0, 255), "task": "abc123", "duration": rng.random() * 100}
+        result = roundtrip(body, "running", fields)
+        assert result.body == body
+        assert result.status == "running"
+        assert result.fields == {
+            "exit": str(fields["exit"]),
+            "task": "abc123",
+            "duration": f"{fields['duration']:.2f}s",
+        }
+
+
+def test_two_calls_each_with_result_roundtrip():
+    lines = [
+        "ASSISTANT: two",
+        "```tool a id=1",
+        "{}",
+        "```",
+        *result_lines("1", "completed", {}, "```\nUSER: x"),
+        "```tool b id=2",
+        "{}",
+        "```",
+        *result_lines("2", "cancelled", {}, "````"),
+    ]
+    chat = parse(lines)
+    assert [(c.call_id, c.result.status, c.result.body) for c in chat.calls] == [
+        ("1", "completed", "```\nUSER: x"),
+        ("2", "cancelled", "````"),
+    ]
+
+
+# --------------------------------------------------------------------------- header_with_id
+
+
+def test_header_with_id_appends():
+    assert header_with_id("```tool run_terminal_command", "call_abc123") == (
+        "```tool run_terminal_command id=call_abc123"
+    )
+
+
+def test_header_with_id_keeps_everything_else():
+    assert header_with_id("````tool read_files extra=1  ", "call_1") == (
+        "````tool read_files extra=1 id=call_1"
+    )
+    assert header_with_id("```tool a\r", "call_1") == "```tool a id=call_1\r"
+
+
+def test_header_with_id_replaces_empty_or_existing_id():
+    assert header_with_id("```tool a id= x=1", "call_2") == "```tool a id=call_2 x=1"
+    assert header_with_id("```tool a id=old x=1", "call_2") == "```tool a id=call_2 x=1"
+    assert header_with_id("```tool a myid=k", "call_2") == "```tool a myid=k id=call_2"
+
+
+def test_header_with_id_parses_back():
+    lines = ["ASSISTANT: x", header_with_id("```tool list_directory", "call_ffffff"), "{}", "```"]
+    call = parse(lines).calls[0]
+    assert (call.tool, call.call_id, call.error) == ("list_directory", "call_ffffff", None)
+
+
+# --------------------------------------------------------------------------- new_call_id
+
+
+def test_new_call_id_format():
+    ids = {new_call_id(set()) for _ in range(50)}
+    assert all(re.fullmatch(r"call_[0-9a-f]{6}", i) for i in ids)
+    assert len(ids) > 40
+
+
+def test_new_call_id_avoids_taken(monkeypatch):
+    values = iter(["aaaaaa", "bbbbbb", "cccccc"])
+    monkeypatch.setattr(render_mod.secrets, "token_hex", lambda n: next(values))
+    assert new_call_id({"call_aaaaaa", "call_bbbbbb"}) == "call_cccccc"
+
+
+# --------------------------------------------------------------------------- truncate_tail
+
+
+def test_truncate_tail_no_cut():
+    assert truncate_tail("a\nb\nc", 3, "/log") == "a\nb\nc"
+    assert truncate_tail("a\nb\nc\n", 3, "/log") == "a\nb\nc\n"
+    assert truncate_tail("", 0, None) == ""
+
+
+def test_truncate_tail_cut_with_path():
+    text = "\n".join(str(i) for i in range(1, 1235 + 200))
+    out = truncate_tail(text, 200, "/state/tasks/abc123/stdout")
+    lines = out.split("\n")
+    assert lines[0] == "[... 1234 earlier lines truncated; full output: /state/tasks/abc123/stdout]"
+    assert lines[1:] == [str(i) for i in range(1235, 1435)]
+
+
+def test_truncate_tail_cut_without_path_and_trailing_newline():
+    assert truncate_tail("1\n2\n3\n", 2, None) == "[... 1 earlier line truncated]\n2\n3\n"
+
+
+def test_truncate_tail_zero_lines():
+    assert truncate_tail("1\n2", 0, "/l") == "[... 2 earlier lines truncated; full output: /l]"
+
+
+# --------------------------------------------------------------------------- clean_output
+
+
+def test_clean_output_plain_and_empty():
+    assert clean_output(b"") == ""
+    assert clean_output(b"hello\nworld\n") == "hello\nworld\n"
+    assert clean_output("tab\there é\n".encode()) == "tab\there é\n"
+
+
+def test_clean_output_invalid_utf8_uses_replacement_char():
+    assert clean_output(b"ok \xff\xfe done") == "ok \ufffd\ufffd done"
+    # A multi-byte sequence cut in half.
+    assert clean_output("é".encode()[:1] + b"x") == "\ufffdx"
+
+
+def test_clean_output_line_endings():
+    assert clean_output(b"a\r\nb\r\n") == "a\nb\n"
+    assert clean_output(b"10%\r50%\r100%\ndone\n") == "100%\ndone\n"
+    assert clean_output(b"10%\r100%\r") == "100%"
+    assert clean_output(b"10%\r100%\r\nnext") == "100%\nnext"
+
+
+def test_clean_output_strips_escape_sequences():
+    data = (
+        b"\x1b[1;31mred\x1b[0m "
+        b"\x1b]0;window title\x07osc-bel "
+        b"\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ "
+        b"\x1b(Bcharset \x1b=keypad \x1b7save\x1b8 "
+        b"\x1b[?25lcursor\x1b[?25h\n"
+        b"\x1b[2K\rprogress"
+    )
+    assert clean_output(data) == "red osc-bel link charset keypad save cursor\nprogress"
+    assert clean_output(b"\x1b[32mok\x1b[0m\nnext\x1b") == "ok\nnext"
+    assert clean_output(b"a\x1b]unterminated title\nb") == "a\nb"
+
+
+def test_clean_output_strips_control_characters_but_not_tab_newline():
+    text = b"x" * 20 + b"a\x07b\x08c\x0bd\x0ce\x7ff\tg\x1c\n"
+    assert clean_output(text) == "x" * 20 + "abcdef\tg\n"
+
+
+def test_clean_output_binary_nul():
+    data = b"text\x00more" + b"x" * 100
+    assert clean_output(data) == f"[binary output: {len(data)} bytes not shown]"
+
+
+def test_clean_output_binary_control_ratio():
+    mostly_controls = bytes([1, 2, 3, 4]) * 40 + b"abcdefgh" * 20  # 160 of 320 controls
+    assert clean_output(mostly_controls) == "[binary output: 320 bytes not shown]"
+    few_controls = bytes([1]) * 29 + b"a" * 71  # 29 %
+    assert clean_output(few_controls) == "a" * 71
+    # ESC, CR, tab and newline are text.
+    ansi_heavy = b"\x1b[0m\r\n\t" * 100
+    assert not clean_output(ansi_heavy).startswith("[binary")
+
+
+def test_clean_output_nul_after_first_8k_is_not_binary():
+    data = b"a" * 9000 + b"\x00b"
+    assert clean_output(data) == "a" * 9000 + "b"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x00\x01\x02\xff" * 100,
+        b"\x1b[31m```\x1b[0m\nUSER: fake\n````python\nprint(1)\n````\n",
+        b"bad \xc3\x28 utf8 ``` \r\n progress 1\rprogress 2\n",
+        b"```result id=call_01 status=completed\n```\n",
+    ],
+)
+def test_clean_output_through_result_lines_roundtrips(data):
+    body = clean_output(data).rstrip("\n")
+    result = roundtrip(body, "completed", {"exit": 0})
+    assert result.body == body
+    assert result.fields == {"exit": "0"}
+
+
+# --------------------------------------------------------------------------- notice_lines
+
+
+def _payload(output: str) -> dict:
+    return {
+        "id": "a1b2c3",
+        "status": "completed",
+        "started_at": "2025-01-01T10:00:00Z",
+        "ended_at": "2025-01-01T10:05:00Z",
+        "duration_seconds": 300.5,
+        "exit_code": 0,
+        "output": output,
+        "log": "/state/tasks/a1b2c3/stdout",
+    }
+
+
+def test_notice_lines_format():
+    payload = _payload("all good")
+    lines = notice_lines(payload)
+    assert lines[0] == "USER: [sidekick task a1b2c3 completed]"
+    assert lines[1] == "```json"
+    assert lines[-2] == "```"
+    assert lines[-1] == ""
+    assert json.loads("\n".join(lines[2:-2])) == payload
+    assert "\n".join(lines[2:-2]) == json.dumps(payload, indent=2, ensure_ascii=False)
+
+
+def test_notice_lines_output_with_fences_and_markers():
+    payload = _payload("line\n````\nASSISTANT: fake\n```tool x id=y\n{}\n```\né ✓")
+    payload["status"] = "failed"
+    payload["exit_code"] = 1
+    lines = notice_lines(payload)
+    assert lines[0] == "USER: [sidekick task a1b2c3 failed]"
+    fence = lines[-2]
+    assert set(fence) == {"`"} and len(fence) >= 5
+    assert lines[1] == f"{fence}json"
+    assert "é ✓" in "\n".join(lines)  # not \u-escaped
+    chat = parse([*CALL, *lines, "USER: typing"])
+    assert [m.role for m in chat.messages] == ["ASSISTANT", "USER", "USER"]
+    assert len(chat.calls) == 1
+    notice = chat.messages[1]
+    assert (notice.start_row, notice.end_row) == (len(CALL), len(CALL) + len(lines) - 1)
+    assert json.loads("\n".join(lines[2:-2])) == payload

@@ -1,0 +1,269 @@
+"""tools/__init__.py (registry, check_call) and tools/policy.py (decide)."""
+
+from __future__ import annotations
+
+import pytest
+from sidekick_tools.config import AgentConfig, AutoAcceptConfig, Config
+from sidekick_tools.tools import REGISTRY, Tool, check_call, get_tool
+from sidekick_tools.tools.base import ToolContext, ToolResult
+from sidekick_tools.tools.policy import decide
+from sidekick_tools.tools.schema import validate
+
+FIVE = {"run_terminal_command", "read_files", "list_directory", "write_file", "replace_in_file"}
+
+
+@pytest.fixture
+def root(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "a.txt").write_text("a\n")
+    (tmp_path / "outside").mkdir()
+    (project / "escape").symlink_to(tmp_path / "outside")
+    return project
+
+
+def make_ctx(root, **auto):
+    config = Config(
+        auto_accept=AutoAcceptConfig(**auto),
+        agents={
+            "trusted": AgentConfig(cmd=["t", "{message}"], auto_accept=True),
+            "careful": AgentConfig(cmd=["c", "{message}"]),
+        },
+    )
+    return ToolContext(cwd=str(root), tasks=None, config=config, chat="c.sidekick.md", call_id="x")
+
+
+# ------------------------------------------------------------------ registry
+
+
+def test_registry_has_the_five_tools_and_each_fits_the_protocol():
+    assert set(REGISTRY) >= FIVE
+    for name, tool in REGISTRY.items():
+        assert isinstance(tool, Tool), name
+        assert tool.name == name
+        assert isinstance(tool.description, str) and tool.description
+        assert "\n" not in tool.description
+        assert get_tool(name) is tool
+
+
+def test_get_tool_unknown():
+    assert get_tool("nope") is None
+
+
+def test_check_call_unknown_tool_lists_known_ones():
+    err = check_call("run_command", {"command": "ls"})
+    assert err == ('Unknown tool "run_command". Known tools: ' + ", ".join(sorted(REGISTRY)))
+
+
+@pytest.mark.parametrize(
+    "name, params, expected",
+    [
+        ("read_files", {"paths": ["a"]}, None),
+        ("read_files", {"paths": "a"}, 'parameter "paths": expected array of strings, got string'),
+        ("read_files", {"paths": []}, 'parameter "paths": must not be an empty array'),
+        (
+            "read_files",
+            {"path": ["a"]},
+            'unknown parameter "path" (did you mean "paths"? expected: paths)',
+        ),
+        ("list_directory", {"path": "."}, None),
+        ("list_directory", {"path": None}, 'parameter "path": expected string, got null'),
+        ("list_directory", {}, 'missing required parameter "path"'),
+        ("write_file", {"path": "f", "content": ""}, None),
+        (
+            "write_file",
+            {"path": "f", "content": 5},
+            'parameter "content": expected string, got integer',
+        ),
+        ("write_file", {"path": "f"}, 'missing required parameter "content"'),
+        ("replace_in_file", {"path": "f", "old": "a", "new": ""}, None),
+        ("replace_in_file", {"path": "f", "old": "a"}, 'missing required parameter "new"'),
+        (
+            "replace_in_file",
+            {"path": "f", "old": "a", "new": None},
+            'parameter "new": expected string, got null',
+        ),
+        (
+            "run_terminal_command",
+            {"command": "ls", "timeout": 5},
+            'unknown parameter "timeout" (did you mean "timeout_seconds"? expected: command, '
+            "purpose, cwd, timeout_seconds, async)",
+        ),
+        ("run_terminal_command", {"command": "ls", "timeout_seconds": 1.5, "async": False}, None),
+        (
+            "run_terminal_command",
+            {"command": "ls", "timeout_seconds": True},
+            'parameter "timeout_seconds": expected number, got boolean',
+        ),
+        ("run_terminal_command", ["ls"], "parameters must be a JSON object, got array"),
+    ],
+)
+def test_check_call(name, params, expected):
+    assert check_call(name, params) == expected
+
+
+def test_adding_a_tool_is_one_registry_entry(monkeypatch, root):
+    class Echo:
+        name = "echo_tool"
+        description = "Echo."
+        schema = {
+            "type": "object",
+            "properties": {"x": {"type": "string"}},
+            "additionalProperties": False,
+        }
+
+        def auto_accept(self, params, ctx):
+            return True
+
+        async def run(self, params, ctx):
+            return ToolResult.ok(params.get("x", ""))
+
+    monkeypatch.setitem(REGISTRY, "echo_tool", Echo())
+    assert check_call("echo_tool", {"x": "hi"}) is None
+    assert check_call("echo_tool", {"y": 1}) is not None
+    assert decide("echo_tool", {"x": "hi"}, make_ctx(root)) == "ask"  # not in the list
+    ctx = make_ctx(root, tools=("echo_tool",))
+    assert decide("echo_tool", {"x": "hi"}, ctx) == "approve"
+
+
+# -------------------------------------------------------------------- decide
+
+
+@pytest.mark.parametrize(
+    "tool, params, expected",
+    [
+        ("read_files", {"paths": ["a.txt"]}, "approve"),
+        ("read_files", {"paths": ["a.txt", "missing/but/inside"]}, "approve"),
+        ("read_files", {"paths": ["../outside/x"]}, "ask"),
+        ("read_files", {"paths": ["escape/x"]}, "ask"),
+        ("read_files", {"paths": ["a.txt", "/etc/passwd"]}, "ask"),
+        ("list_directory", {"path": "."}, "approve"),
+        ("list_directory", {"path": ".."}, "ask"),
+        ("list_directory", {"path": "escape"}, "ask"),
+        ("write_file", {"path": "a.txt", "content": "x"}, "ask"),
+        ("replace_in_file", {"path": "a.txt", "old": "a", "new": "b"}, "ask"),
+        ("run_terminal_command", {"command": "ls -la"}, "approve"),
+        ("run_terminal_command", {"command": "git status"}, "approve"),
+        ("run_terminal_command", {"command": "ls && rm -rf ."}, "ask"),
+        ("run_terminal_command", {"command": "lsblk"}, "ask"),
+        ("run_terminal_command", {"command": "pytest"}, "ask"),
+        ("no_such_tool", {}, "ask"),
+    ],
+)
+def test_defaults(root, tool, params, expected):
+    assert decide(tool, params, make_ctx(root), None) == expected
+
+
+@pytest.mark.parametrize("answer", ["approve", "deny", " Approve ", "DENY"])
+@pytest.mark.parametrize(
+    "tool, params",
+    [
+        ("write_file", {"path": "/etc/x", "content": ""}),
+        ("read_files", {"paths": ["a.txt"]}),
+        ("run_terminal_command", {"command": "rm -rf /"}),
+        ("unknown", {"anything": 1}),
+    ],
+)
+def test_lua_policy_answer_wins(root, tool, params, answer):
+    assert decide(tool, params, make_ctx(root), answer) == answer.strip().lower()
+
+
+@pytest.mark.parametrize("answer", [None, "", "maybe", "ask", 1, True])
+def test_other_policy_answers_fall_through_to_defaults(root, answer):
+    ctx = make_ctx(root)
+    assert decide("read_files", {"paths": ["a.txt"]}, ctx, answer) == "approve"
+    assert decide("write_file", {"path": "a.txt", "content": ""}, ctx, answer) == "ask"
+
+
+def test_tool_name_list_is_required_for_generic_tools(root):
+    ctx = make_ctx(root, tools=("list_directory",))
+    assert decide("list_directory", {"path": "."}, ctx) == "approve"
+    assert decide("read_files", {"paths": ["a.txt"]}, ctx) == "ask"
+
+
+def test_write_tools_need_opt_in_and_stay_inside_cwd(root):
+    ctx = make_ctx(root, tools=("write_file", "replace_in_file"))
+    assert decide("write_file", {"path": "new/f.txt", "content": "x"}, ctx) == "approve"
+    assert decide("replace_in_file", {"path": "a.txt", "old": "a", "new": "b"}, ctx) == "approve"
+    assert decide("write_file", {"path": "../outside/f", "content": "x"}, ctx) == "ask"
+    assert decide("write_file", {"path": "escape/f", "content": "x"}, ctx) == "ask"
+
+
+def test_terminal_ignores_the_tool_list(root):
+    listed = make_ctx(root, tools=("run_terminal_command",))
+    assert decide("run_terminal_command", {"command": "rm -rf x"}, listed) == "ask"
+    unlisted = make_ctx(root, tools=())
+    assert decide("run_terminal_command", {"command": "ls"}, unlisted) == "approve"
+    custom = make_ctx(root, safe_commands=("make test",))
+    assert decide("run_terminal_command", {"command": "make test"}, custom) == "approve"
+    assert decide("run_terminal_command", {"command": "ls"}, custom) == "ask"
+
+
+@pytest.mark.parametrize(
+    "params, expected",
+    [
+        ({"agent": "trusted", "message": "hi"}, "approve"),
+        ({"agent": "careful", "message": "hi"}, "ask"),
+        ({"agent": "unknown", "message": "hi"}, "ask"),
+        ({"agent": 3, "message": "hi"}, "ask"),
+        ({"message": "hi"}, "ask"),
+    ],
+)
+def test_use_agent_follows_agent_config(root, monkeypatch, params, expected):
+    class UseAgent:  # stand-in until the real tool lands in the registry
+        name = "use_agent"
+        description = "Ask a configured agent."
+        schema = {"type": "object"}
+
+        def auto_accept(self, params, ctx):
+            return False  # decide() must not consult it for use_agent
+
+        async def run(self, params, ctx):  # pragma: no cover
+            raise AssertionError
+
+    monkeypatch.setitem(REGISTRY, "use_agent", UseAgent())
+    assert decide("use_agent", params, make_ctx(root, tools=())) == expected
+
+
+def test_invalid_params_are_never_auto_approved(root):
+    ctx = make_ctx(root)
+    assert decide("read_files", {"paths": "a.txt"}, ctx) == "ask"
+    assert decide("read_files", {"paths": ["a.txt"], "extra": 1}, ctx) == "ask"
+    assert decide("run_terminal_command", {"command": "ls", "async": "no"}, ctx) == "ask"
+    assert decide("list_directory", ["."], ctx) == "ask"
+
+
+def test_a_raising_predicate_means_ask(root, monkeypatch):
+    class Broken:
+        name = "broken"
+        description = "Broken."
+        schema = {"type": "object"}
+
+        def auto_accept(self, params, ctx):
+            raise RuntimeError("boom")
+
+        async def run(self, params, ctx):  # pragma: no cover
+            raise AssertionError
+
+    monkeypatch.setitem(REGISTRY, "broken", Broken())
+    assert decide("broken", {}, make_ctx(root, tools=("broken",))) == "ask"
+
+
+def test_tool_result_helpers():
+    assert ToolResult.ok("b", exit=0) == ToolResult("completed", "b", {"exit": 0})
+    assert ToolResult.fail("b", reason="timeout") == ToolResult(
+        "failed", "b", {"reason": "timeout"}
+    )
+    assert ToolResult.denied("no") == ToolResult("denied", "no", {})
+    assert ToolResult.running("r", task="abc123").fields == {"task": "abc123"}
+    assert ToolResult.ok().body == ""
+    # fields dicts are never shared between results
+    a, b = ToolResult.ok("x"), ToolResult.ok("y")
+    a.fields["k"] = 1
+    assert b.fields == {}
+
+
+def test_validate_is_reexported():
+    from sidekick_tools import tools
+
+    assert tools.validate is validate

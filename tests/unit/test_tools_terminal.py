@@ -1,0 +1,697 @@
+"""run_terminal_command: the safe-command predicate, and hybrid runs of real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import os
+import re
+import signal
+import sys
+import time
+import types
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from sidekick_tools.config import DEFAULT_SAFE_COMMANDS, AutoAcceptConfig, Config, TasksConfig
+from sidekick_tools.tools import run_terminal_command as rtc
+from sidekick_tools.tools.base import ToolContext
+
+TOOL = rtc.TOOL
+
+
+# ------------------------------------------------------------ fake manager
+
+
+class Status(enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass
+class FakeTask:
+    id: str
+    spec: Any
+    status: Status
+    log_dir: str
+    exit_code: int | None = None
+    reason: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
+class FakeManager:
+    """Runs each spec for real (own session, output to files), like the real manager."""
+
+    def __init__(self, root, default_timeout: float = 30.0):
+        self.root = root
+        self.default_timeout = default_timeout
+        self.specs: list[Any] = []
+        self.waits: list[tuple[str, float | None]] = []
+        self.tasks: dict[str, FakeTask] = {}
+        self._ends: dict[str, asyncio.Future] = {}
+        self._procs: dict[str, Any] = {}
+        self.fail_submit: Exception | None = None
+
+    async def submit(self, spec):
+        if self.fail_submit:
+            raise self.fail_submit
+        self.specs.append(spec)
+        token = f"{0xA1B2C0 + len(self.specs):06x}"
+        log_dir = self.root / token
+        log_dir.mkdir(parents=True)
+        task = FakeTask(token, spec, Status.RUNNING, str(log_dir), started_at=time.time())
+        self.tasks[token] = task
+        with open(log_dir / "stdout", "wb") as out, open(log_dir / "stderr", "wb") as err:
+            proc = await asyncio.create_subprocess_shell(
+                spec.command, cwd=spec.cwd, stdout=out, stderr=err, start_new_session=True
+            )
+        self._procs[token] = proc
+        timeout = spec.timeout or self.default_timeout
+        self._ends[token] = asyncio.ensure_future(self._supervise(task, proc, timeout))
+        return task
+
+    async def _supervise(self, task, proc, timeout):
+        try:
+            rc = await asyncio.wait_for(proc.wait(), timeout)
+            task.status = Status.COMPLETED if rc == 0 else Status.FAILED
+            task.reason = "exit"
+        except asyncio.TimeoutError:
+            os.killpg(proc.pid, signal.SIGKILL)
+            rc = await proc.wait()
+            task.status, task.reason = Status.FAILED, "timeout"
+        task.exit_code = rc
+        task.ended_at = time.time()
+
+    async def wait(self, token, timeout):
+        self.waits.append((token, timeout))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ends[token]), timeout)
+        except asyncio.TimeoutError:
+            pass
+        return self.tasks[token]
+
+    def get(self, token):
+        return self.tasks.get(token)
+
+    async def close(self):
+        for token, proc in self._procs.items():
+            if proc.returncode is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            await self._ends[token]
+
+
+@pytest.fixture
+async def manager(tmp_path):
+    m = FakeManager(tmp_path / "state")
+    yield m
+    await m.close()
+
+
+def make_ctx(tmp_path, manager, threshold=5.0, safe=DEFAULT_SAFE_COMMANDS):
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    config = Config(
+        tasks=TasksConfig(hybrid_threshold=threshold),
+        auto_accept=AutoAcceptConfig(safe_commands=tuple(safe)),
+    )
+    return ToolContext(
+        cwd=str(work), tasks=manager, config=config, chat="a.sidekick.md", call_id="call_0abc12"
+    )
+
+
+# ---------------------------------------------------- safe-prefix predicate
+
+# Every operator DESIGN §7 names, plus the other spellings they cover.
+OPERATORS = [
+    ";",
+    "&",
+    "&&",
+    "|",
+    "||",
+    ">",
+    ">>",
+    "<",
+    "<<",
+    "`",
+    "$(",
+    "${",
+    "\n",
+    "\r",
+    "$",
+    "2>&1",
+    "|&",
+    ">|",
+    "<(",
+    ">(",
+]
+POSITIONS = [
+    "{op}",
+    "{op}ls",
+    "{op} ls",
+    "ls{op}",
+    "ls {op}",
+    "ls{op}rm -rf x",
+    "ls {op} rm -rf x",
+    "ls -la{op}",
+    "ls -la {op}whoami",
+    "ls 'quoted {op} arg'",
+    'ls "quoted{op}arg"',
+    "ls \\{op}",
+    "git status{op}",
+    "git status {op} git push",
+    "echo a b c d e f g{op}",
+    "cat README.md{op}{op}",
+]
+
+
+@pytest.mark.parametrize("op", OPERATORS, ids=repr)
+@pytest.mark.parametrize("position", POSITIONS)
+def test_shell_control_anywhere_is_never_safe(op, position):
+    command = position.replace("{op}", op)
+    assert rtc.is_safe_command(command, DEFAULT_SAFE_COMMANDS) is False
+    # even with a trailing/leading space or a permissive prefix list
+    assert rtc.is_safe_command(" " + command + " ", ["ls", "git", "echo", "cat"]) is False
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls $HOME",
+        "echo $PATH",
+        "echo ${HOME}",
+        "echo $(id)",
+        "echo $'\\x41'",
+        "ls $1",
+        "echo $",
+        "echo `id`",
+        "ls\n",
+        "ls\r\n",
+        "\nls",
+        "ls\x00",
+        "ls\x1b[31m",
+        "ls\x7f",
+        "ls\x0b",
+        "ls\x0c",
+    ],
+    ids=repr,
+)
+def test_expansions_and_control_characters_are_never_safe(command):
+    assert rtc.is_safe_command(command, DEFAULT_SAFE_COMMANDS) is False
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls",
+        "ls -la",
+        "  ls -la  ",
+        "ls\t-la",
+        "ls src/*.py",
+        "pwd",
+        "cat README.md",
+        "echo hi",
+        "echo 'hello world'",
+        "head -n 5 f",
+        "tail -f log",
+        "wc -l f",
+        "which python",
+        "date",
+        "whoami",
+        "git status",
+        "git status --short",
+        "git  status",
+        "git\tstatus",
+        "git diff HEAD~1",
+        "git log --oneline -n 3",
+        "git show HEAD",
+        "git branch",
+        "ls ~",
+        "echo a=b # comment",
+    ],
+)
+def test_default_safe_commands(command):
+    assert rtc.is_safe_command(command, DEFAULT_SAFE_COMMANDS) is True
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "lsblk",
+        "ls-files",
+        "lsof -i",
+        "pwdx 1",
+        "cat2",
+        "echos",
+        "git",
+        "gitstatus",
+        "git statusx",
+        "git push",
+        "git -C /tmp status",
+        "git commit -m x",
+        "git stash",
+        "rm -rf /",
+        "",
+        "   ",
+        "LS",
+        "Ls",
+        "sudo ls",
+        "FOO=1 ls",
+        "env ls",
+        "command ls",
+        "\\ls",
+        "'ls'",
+        '"ls"',
+        "./ls",
+        "/bin/ls",
+        "ls\u00a0-la",
+        "git\u00a0status",
+        "(ls)",
+        "{ ls; }",
+        "!ls",
+    ],
+)
+def test_not_a_safe_prefix(command):
+    assert rtc.is_safe_command(command, DEFAULT_SAFE_COMMANDS) is False
+
+
+@pytest.mark.parametrize(
+    "command, safe",
+    [
+        ("make test", True),
+        ("make test -j4", True),
+        ("make", False),
+        ("make testing", False),
+        ("make install", False),
+        ("npm run lint", True),
+        ("npm run lint:fix", False),
+        ("npm run", False),
+        ("anything", False),
+    ],
+)
+def test_configured_multi_word_prefixes(command, safe):
+    prefixes = ["make test", "  npm   run  lint ", "", "   ", "ok; rm"]
+    assert rtc.is_safe_command(command, prefixes) is safe
+
+
+def test_empty_prefix_list_accepts_nothing():
+    assert rtc.is_safe_command("ls", []) is False
+    assert rtc.is_safe_command("ls", None) is False
+
+
+def test_auto_accept_uses_configured_prefixes(tmp_path):
+    ctx = make_ctx(tmp_path, None, safe=["pytest -q"])
+    assert TOOL.auto_accept({"command": "pytest -q tests"}, ctx) is True
+    assert TOOL.auto_accept({"command": "ls"}, ctx) is False
+    assert TOOL.auto_accept({"command": "pytest -q; rm x"}, ctx) is False
+    assert TOOL.auto_accept({"command": 3}, ctx) is False
+    assert TOOL.auto_accept({}, ctx) is False
+
+
+# ------------------------------------------------------------ runs (real processes)
+
+
+async def test_echo_completes_with_exit_zero(tmp_path, manager):
+    ctx = make_ctx(tmp_path, manager)
+    res = await TOOL.run({"command": "echo hi"}, ctx)
+    token = next(iter(manager.tasks))
+    assert res.status == "completed"
+    assert res.body == "hi"
+    assert list(res.fields) == ["exit", "duration", "task"]
+    assert res.fields["exit"] == 0 and res.fields["task"] == token
+    assert isinstance(res.fields["duration"], float) and 0 <= res.fields["duration"] < 5
+    assert manager.waits == [(token, 5.0)]  # async absent: the hybrid threshold
+
+
+async def test_nonzero_exit_fails_with_exit_code(tmp_path, manager):
+    res = await TOOL.run({"command": "echo before; exit 3"}, make_ctx(tmp_path, manager))
+    assert res.status == "failed"
+    assert res.fields["exit"] == 3
+    assert "reason" not in res.fields
+    assert res.body == "before"
+
+
+async def test_stderr_is_appended_under_a_marker(tmp_path, manager):
+    res = await TOOL.run(
+        {"command": "echo out; echo err >&2; echo out2"}, make_ctx(tmp_path, manager)
+    )
+    assert res.body == "out\nout2\n[stderr]\nerr"
+
+
+async def test_only_stderr(tmp_path, manager):
+    res = await TOOL.run({"command": "echo oops >&2; exit 1"}, make_ctx(tmp_path, manager))
+    assert (res.status, res.body) == ("failed", "[stderr]\noops")
+
+
+async def test_no_output(tmp_path, manager):
+    res = await TOOL.run({"command": "true"}, make_ctx(tmp_path, manager))
+    assert (res.status, res.body) == ("completed", "(no output)")
+
+
+async def test_invalid_utf8_output_is_replaced(tmp_path, manager):
+    res = await TOOL.run({"command": "printf 'a\\377b\\n'"}, make_ctx(tmp_path, manager))
+    assert res.body == "a\ufffdb"
+
+
+async def test_hybrid_threshold_returns_running_with_token(tmp_path, manager):
+    ctx = make_ctx(tmp_path, manager, threshold=0.2)
+    started = time.monotonic()
+    res = await TOOL.run({"command": "sleep 5"}, ctx)
+    assert time.monotonic() - started < 3
+    token = next(iter(manager.tasks))
+    assert res.status == "running"
+    assert res.fields == {"task": token}
+    assert res.body == (
+        f"Still running after 0.2s as task {token}. It continues in the background; its result "
+        f'will replace this block when it ends. Await it with await_task {{"task": "{token}"}} '
+        f"or stop it with halt_task (or :SidekickHalt {token})."
+    )
+    assert manager.waits == [(token, 0.2)]
+    assert manager.tasks[token].status is Status.RUNNING
+
+
+async def test_default_threshold_wording(tmp_path, manager):
+    ctx = make_ctx(tmp_path, manager, threshold=10)
+    res = rtc.running_result(types.SimpleNamespace(id="abc123", status="running"), waited=10.0)
+    assert res.body.startswith("Still running after 10s as task abc123. It continues")
+    assert ctx.config.tasks.hybrid_threshold == 10
+
+
+async def test_async_true_returns_at_once(tmp_path, manager):
+    ctx = make_ctx(tmp_path, manager, threshold=30)
+    started = time.monotonic()
+    res = await TOOL.run({"command": "sleep 5", "async": True}, ctx)
+    assert time.monotonic() - started < 2
+    token = next(iter(manager.tasks))
+    assert res.status == "running"
+    assert res.fields == {"task": token}
+    assert res.body.startswith(f"Started in the background as task {token}, running.")
+    assert f'await_task {{"task": "{token}"}}' in res.body
+    assert manager.waits == []
+
+
+async def test_async_false_waits_to_the_end(tmp_path, manager):
+    ctx = make_ctx(tmp_path, manager, threshold=0.05)
+    res = await TOOL.run({"command": "sleep 0.4; echo done", "async": False}, ctx)
+    token = next(iter(manager.tasks))
+    assert (res.status, res.body) == ("completed", "done")
+    assert manager.waits == [(token, None)]
+    assert res.fields["duration"] >= 0.3
+
+
+async def test_timeout_fails_with_reason(tmp_path, manager):
+    ctx = make_ctx(tmp_path, manager)
+    res = await TOOL.run(
+        {"command": "echo partial; sleep 5", "timeout_seconds": 0.3, "async": False}, ctx
+    )
+    assert res.status == "failed"
+    assert res.fields["reason"] == "timeout"
+    assert res.fields["exit"] == -signal.SIGKILL
+    assert res.body == "partial\n[timed out; the process group was killed]"
+    assert manager.specs[0].timeout == 0.3
+
+
+async def test_spec_carries_everything_the_manager_needs(tmp_path, manager):
+    ctx = make_ctx(tmp_path, manager)
+    (tmp_path / "work" / "sub").mkdir()
+    await TOOL.run({"command": "pwd", "purpose": "  Where am I  ", "cwd": "sub"}, ctx)
+    await TOOL.run({"command": "echo x", "timeout_seconds": 7}, ctx)
+    first, second = manager.specs
+    assert first.tool == "run_terminal_command"
+    assert first.label == "Where am I"
+    assert first.command == "pwd"
+    assert first.cwd == str(tmp_path / "work" / "sub")
+    assert first.env == {}
+    assert first.timeout is None  # the manager applies its default
+    assert (first.chat, first.call_id) == ("a.sidekick.md", "call_0abc12")
+    assert second.label == "echo x"  # no purpose: the command
+    assert second.timeout == 7.0
+    assert second.cwd == str(tmp_path / "work")
+
+
+async def test_relative_cwd_is_where_it_runs(tmp_path, manager):
+    ctx = make_ctx(tmp_path, manager)
+    (tmp_path / "work" / "sub").mkdir()
+    res = await TOOL.run({"command": "pwd -P", "cwd": "sub"}, ctx)
+    assert res.body == os.path.realpath(tmp_path / "work" / "sub")
+
+
+@pytest.mark.parametrize(
+    "cwd, message",
+    [
+        ("nope", "working directory nope does not exist"),
+        ("file.txt", "working directory file.txt is not a directory"),
+        ("../nowhere/deeper", "working directory ../nowhere/deeper does not exist"),
+    ],
+)
+async def test_bad_cwd_fails_without_starting(tmp_path, manager, cwd, message):
+    ctx = make_ctx(tmp_path, manager)
+    (tmp_path / "work" / "file.txt").write_text("")
+    res = await TOOL.run({"command": "ls", "cwd": cwd}, ctx)
+    assert (res.status, res.body) == ("failed", message)
+    assert manager.specs == []
+
+
+TIMEOUT_ERR = 'parameter "timeout_seconds": must be > 0, got '
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"command": "ls", "timeout_seconds": 0}, f"{TIMEOUT_ERR}0"),
+        ({"command": "ls", "timeout_seconds": -5}, f"{TIMEOUT_ERR}-5"),
+        (
+            {"command": "ls", "timeout_seconds": "10"},
+            'parameter "timeout_seconds": expected number, got string',
+        ),
+        ({"command": "ls", "async": "yes"}, 'parameter "async": expected boolean, got string'),
+        ({"command": ""}, 'parameter "command": must not be empty'),
+        ({"command": ["ls"]}, 'parameter "command": expected string, got array'),
+        (
+            {"cmd": "ls"},
+            'unknown parameter "cmd" (did you mean "command"? expected: command, '
+            "purpose, cwd, timeout_seconds, async)",
+        ),
+        ({}, 'missing required parameter "command"'),
+        ({"command": "ls", "purpose": 1}, 'parameter "purpose": expected string, got integer'),
+    ],
+)
+async def test_invalid_params_fail_without_starting(tmp_path, manager, params, message):
+    res = await TOOL.run(params, make_ctx(tmp_path, manager))
+    assert (res.status, res.body) == ("failed", message)
+    assert manager.specs == []
+
+
+async def test_submit_error_is_a_failed_result(tmp_path, manager):
+    manager.fail_submit = RuntimeError("store is locked")
+    res = await TOOL.run({"command": "ls"}, make_ctx(tmp_path, manager))
+    assert res.status == "failed"
+    assert res.body == "could not start the command: store is locked"
+    assert res.fields == {"reason": "spawn_error"}
+
+
+async def test_submit_returning_a_terminal_task_is_reported_at_once(tmp_path):
+    done = types.SimpleNamespace(
+        id="dead01",
+        status="failed",
+        exit_code=None,
+        reason="spawn_error",
+        started_at=None,
+        ended_at=None,
+        log_dir=None,
+    )
+
+    class Refusing:
+        async def submit(self, spec):
+            return done
+
+        async def wait(self, token, timeout):  # pragma: no cover - must not be called
+            raise AssertionError("no wait for a finished task")
+
+    res = await TOOL.run({"command": "ls", "async": True}, make_ctx(tmp_path, Refusing()))
+    assert res.status == "failed"
+    assert res.fields == {"reason": "spawn_error", "task": "dead01"}
+    assert res.body == "[could not start the command]"
+
+
+async def test_queued_task_wording(tmp_path):
+    queued = types.SimpleNamespace(id="q00001", status=Status.QUEUED)
+
+    class Busy:
+        async def submit(self, spec):
+            return queued
+
+        async def wait(self, token, timeout):
+            return queued
+
+    ctx = make_ctx(tmp_path, Busy(), threshold=1)
+    res = await TOOL.run({"command": "make"}, ctx)
+    assert res.status == "running" and res.fields == {"task": "q00001"}
+    assert res.body.startswith("Still queued after 1s as task q00001 (the concurrency limit")
+    res = await TOOL.run({"command": "make", "async": True}, ctx)
+    assert res.body.startswith("Started in the background as task q00001, queued")
+
+
+# ------------------------------------------------------------ result_from_task
+
+
+def _task(tmp_path, stdout=b"", stderr=b"", **kw):
+    log_dir = tmp_path / "log"
+    log_dir.mkdir(exist_ok=True)
+    (log_dir / "stdout").write_bytes(stdout)
+    (log_dir / "stderr").write_bytes(stderr)
+    base = dict(
+        id="abc123",
+        status="completed",
+        exit_code=0,
+        reason="exit",
+        started_at=100.0,
+        ended_at=102.314,
+        log_dir=str(log_dir),
+    )
+    base.update(kw)
+    return types.SimpleNamespace(**base)
+
+
+@pytest.mark.parametrize(
+    "status, exit_code, reason, want_status, want_fields",
+    [
+        ("completed", 0, "exit", "completed", {"exit": 0}),
+        (Status.COMPLETED, 0, "exit", "completed", {"exit": 0}),
+        ("failed", 2, "exit", "failed", {"exit": 2}),
+        ("completed", 1, "exit", "failed", {"exit": 1}),  # exit decides
+        ("failed", 124, "timeout", "failed", {"exit": 124, "reason": "timeout"}),
+        ("failed", -15, "signal", "failed", {"exit": -15, "reason": "signal"}),
+        ("cancelled", -15, "cancelled", "cancelled", {"exit": -15, "reason": "cancelled"}),
+        ("failed", None, "host restarted", "failed", {"reason": "host_restarted"}),
+        (Status.FAILED, None, None, "failed", {}),
+    ],
+)
+def test_result_from_task_status_and_fields(
+    tmp_path, status, exit_code, reason, want_status, want_fields
+):
+    res = rtc.result_from_task(
+        _task(tmp_path, b"x\n", status=status, exit_code=exit_code, reason=reason)
+    )
+    assert res.status == want_status
+    assert res.fields == {**want_fields, "duration": 2.31, "task": "abc123"}
+
+
+def test_result_from_task_field_order(tmp_path):
+    res = rtc.result_from_task(_task(tmp_path, status="failed", exit_code=9, reason="timeout"))
+    assert list(res.fields) == ["exit", "duration", "reason", "task"]
+
+
+def test_result_from_task_accepts_datetimes(tmp_path):
+    t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    res = rtc.result_from_task(
+        _task(tmp_path, started_at=t0, ended_at=t0 + timedelta(seconds=61, milliseconds=500))
+    )
+    assert res.fields["duration"] == 61.5
+
+
+def test_result_from_task_without_times_or_logs(tmp_path):
+    res = rtc.result_from_task(
+        types.SimpleNamespace(
+            id="t1",
+            status="completed",
+            exit_code=0,
+            reason=None,
+            started_at=None,
+            ended_at=None,
+            log_dir=None,
+        )
+    )
+    assert (res.status, res.body, res.fields) == (
+        "completed",
+        "(no output)",
+        {"exit": 0, "task": "t1"},
+    )
+
+
+def test_result_from_task_missing_log_files(tmp_path):
+    res = rtc.result_from_task(_task(tmp_path, log_dir=str(tmp_path / "gone")))
+    assert res.body == "(no output)"
+
+
+def test_result_from_task_tails_large_output(tmp_path):
+    out = b"".join(b"line %05d\n" % i for i in range(20000))  # 220,000 bytes
+    res = rtc.result_from_task(_task(tmp_path, out, b"E" * 10 + b"\n"), tail_bytes=1000)
+    lines = res.body.split("\n")
+    path = os.path.join(tmp_path, "log", "stdout")
+    assert re.fullmatch(
+        rf"\[\.\.\. (\d+) earlier bytes not shown; full log: {re.escape(path)}\]", lines[0]
+    )
+    shown = int(re.search(r"(\d+) earlier", lines[0]).group(1))
+    assert lines[1].startswith("line ") and len(lines[1]) == 10  # a whole line, not a fragment
+    assert lines[-3] == "line 19999"
+    assert lines[-2:] == ["[stderr]", "EEEEEEEEEE"]
+    assert shown + sum(len(x) + 1 for x in lines[1:-2]) == len(out)
+
+
+def test_result_from_task_tail_cut_inside_a_long_multibyte_line(tmp_path):
+    out = ("é" * 10000).encode()  # one long line; a cut may land mid-character
+    res = rtc.result_from_task(_task(tmp_path, out), tail_bytes=1001)
+    first, text = res.body.split("\n", 1)
+    assert first.startswith("[... ")
+    assert set(text) == {"é"}
+
+
+def test_result_from_task_reads_bytes_it_never_holds_all_of(tmp_path):
+    # a 20 MB log is read through its tail only
+    log = tmp_path / "log"
+    log.mkdir()
+    with open(log / "stdout", "wb") as f:
+        f.truncate(20 << 20)
+        f.seek(0, os.SEEK_END)
+        f.write(b"\nlast line\n")
+    (log / "stderr").write_bytes(b"")
+    task = types.SimpleNamespace(
+        id="big",
+        status="completed",
+        exit_code=0,
+        reason="exit",
+        started_at=1,
+        ended_at=2,
+        log_dir=str(log),
+    )
+    res = rtc.result_from_task(task)
+    assert res.body.endswith("\nlast line")
+    assert len(res.body) < rtc.TAIL_BYTES + 200
+
+
+def test_result_from_task_for_a_running_task(tmp_path):
+    res = rtc.result_from_task(types.SimpleNamespace(id="r1", status=Status.RUNNING))
+    assert res.status == "running" and res.fields == {"task": "r1"}
+
+
+# ------------------------------------------------------------ TaskSpec lookup
+
+
+def test_make_spec_falls_back_to_a_namespace(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sidekick_tools.tasks.manager", None)
+    monkeypatch.setitem(sys.modules, "sidekick_tools.tasks.model", None)
+    spec = rtc._make_spec(tool="t", command="c")
+    assert isinstance(spec, types.SimpleNamespace)
+    assert (spec.tool, spec.command) == ("t", "c")
+
+
+def test_make_spec_uses_the_task_package_when_present(monkeypatch):
+    @dataclass
+    class TaskSpec:
+        tool: str
+        command: str
+
+    fake = types.ModuleType("sidekick_tools.tasks.manager")
+    fake.TaskSpec = TaskSpec
+    monkeypatch.setitem(sys.modules, "sidekick_tools.tasks.manager", fake)
+    spec = rtc._make_spec(tool="t", command="c")
+    assert isinstance(spec, TaskSpec)
