@@ -36,8 +36,6 @@ DEFAULT_SAFE_COMMANDS = (
     "git status",
     "git diff",
     "git log",
-    "git show",
-    "git branch",
 )
 
 
