@@ -1,0 +1,209 @@
+-- The host's hands in the editor. Python decides every edit from a snapshot at a
+-- known changedtick; these functions apply it only if the buffer is still at that
+-- tick, so nothing the user typed meanwhile is ever overwritten.
+local M = {}
+
+M.ns = vim.api.nvim_create_namespace("sidekick_tools")
+
+---@class sidekick_tools.CallState
+---@field state string pending|queued|running|completed|failed|cancelled|denied
+---@field tool string
+---@field detail string|nil
+---@field started_at number|nil
+---@field progress number|nil
+---@field progress_text string|nil
+---@field ahead number|nil
+
+--- Tracked calls, per buffer: mark id -> state. Their row is the extmark's.
+---@type table<integer, table<integer, sidekick_tools.CallState>>
+M.tracked = {}
+--- Untracked calls as parsed from the text at some tick: { row, state... }.
+---@type table<integer, table[]>
+M.scanned = {}
+
+local listeners = {}
+
+--- Subscribe to host events of a type ("task", "call", ...). Returns an unsubscribe function.
+function M.on(kind, fn)
+  listeners[kind] = listeners[kind] or {}
+  table.insert(listeners[kind], fn)
+  return function()
+    listeners[kind] = vim.tbl_filter(function(f)
+      return f ~= fn
+    end, listeners[kind])
+  end
+end
+
+local function emit(kind, event)
+  for _, fn in ipairs(listeners[kind] or {}) do
+    local ok, err = pcall(fn, event)
+    if not ok then
+      vim.notify("sidekick_tools: " .. tostring(err), vim.log.levels.ERROR)
+    end
+  end
+end
+
+local function valid(buf)
+  return type(buf) == "number" and vim.api.nvim_buf_is_valid(buf)
+end
+
+--- Buffer lines and changedtick, atomically.
+function M.snapshot(buf)
+  if not valid(buf) then
+    return vim.NIL
+  end
+  return {
+    tick = vim.api.nvim_buf_get_changedtick(buf),
+    lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false),
+    name = vim.api.nvim_buf_get_name(buf),
+  }
+end
+
+--- Current row of each mark id (-1: deleted or invalidated).
+function M.mark_rows(buf, ids)
+  local out = {}
+  for _, id in ipairs(ids) do
+    local row = -1
+    if valid(buf) then
+      local pos = vim.api.nvim_buf_get_extmark_by_id(buf, M.ns, id, { details = true })
+      if pos[1] and not (pos[3] and pos[3].invalid) then
+        row = pos[1]
+      end
+    end
+    out[tostring(id)] = row
+  end
+  return out
+end
+
+local function place_mark(buf, id, row)
+  vim.api.nvim_buf_set_extmark(
+    buf,
+    M.ns,
+    row,
+    0,
+    { id = id, invalidate = true, undo_restore = false }
+  )
+end
+
+--- Apply edits computed at changedtick `tick`. Each edit is { start, stop, lines }
+--- (0-based, end-exclusive), applied in the order given (callers send them bottom-up).
+--- `marks` is a list of { id, row } to place after the edits.
+---@return boolean applied false when the buffer changed since `tick` or is gone
+function M.apply(buf, tick, edits, marks)
+  if not valid(buf) then
+    return false
+  end
+  if vim.api.nvim_buf_get_changedtick(buf) ~= tick then
+    return false
+  end
+  local modifiable = vim.bo[buf].modifiable
+  vim.bo[buf].modifiable = true
+  for _, e in ipairs(edits or {}) do
+    vim.api.nvim_buf_set_lines(buf, e[1], e[2], false, e[3])
+  end
+  vim.bo[buf].modifiable = modifiable
+  for _, m in ipairs(marks or {}) do
+    place_mark(buf, m[1], m[2])
+  end
+  return true
+end
+
+--- Ask the user's auto-accept policy function; "approve", "deny" or nil.
+function M.policy(tool, params, ctx)
+  local fn = require("sidekick_tools.config").current.auto_accept.policy
+  if type(fn) ~= "function" then
+    return vim.NIL
+  end
+  local ok, answer = pcall(fn, tool, params, ctx)
+  if not ok then
+    vim.notify(
+      "sidekick_tools: auto_accept.policy raised: " .. tostring(answer),
+      vim.log.levels.ERROR
+    )
+    return vim.NIL
+  end
+  if answer == "approve" or answer == "deny" then
+    return answer
+  end
+  return vim.NIL
+end
+
+local function redraw(buf)
+  require("sidekick_tools.render.diagnostics").draw(buf)
+end
+
+local handlers = {}
+
+function handlers.call(ev)
+  if not valid(ev.buf) then
+    return
+  end
+  M.tracked[ev.buf] = M.tracked[ev.buf] or {}
+  M.tracked[ev.buf][ev.mark] = ev
+  redraw(ev.buf)
+end
+
+function handlers.forget(ev)
+  if M.tracked[ev.buf] then
+    M.tracked[ev.buf][ev.mark] = nil
+    if valid(ev.buf) then
+      pcall(vim.api.nvim_buf_del_extmark, ev.buf, M.ns, ev.mark)
+      redraw(ev.buf)
+    end
+  end
+end
+
+function handlers.scan(ev)
+  if not valid(ev.buf) then
+    return
+  end
+  M.scanned[ev.buf] = ev.items or {}
+  redraw(ev.buf)
+end
+
+function handlers.notify(ev)
+  vim.notify(ev.msg, ev.level or vim.log.levels.INFO)
+end
+
+function handlers.task(ev)
+  emit("task", ev)
+end
+
+--- Entry point for the host's batched events.
+function M.on_events(events)
+  for _, ev in ipairs(events) do
+    local handler = handlers[ev.type]
+    if handler then
+      local ok, err = pcall(handler, ev)
+      if not ok then
+        vim.notify("sidekick_tools: " .. tostring(err), vim.log.levels.ERROR)
+      end
+    else
+      emit(ev.type, ev)
+    end
+  end
+end
+
+function M.host_started()
+  emit("host", { up = true })
+end
+
+--- The host died: running calls can no longer be followed by this process; the
+--- next host recovers their tasks. Show that honestly instead of a stale spinner.
+function M.host_lost()
+  for buf, calls in pairs(M.tracked) do
+    local changed = false
+    for _, st in pairs(calls) do
+      if st.state == "running" or st.state == "queued" then
+        st.detail = "host stopped; run any command to reconnect"
+        changed = true
+      end
+    end
+    if changed and valid(buf) then
+      redraw(buf)
+    end
+  end
+  emit("host", { up = false })
+end
+
+return M

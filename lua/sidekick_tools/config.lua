@@ -1,0 +1,188 @@
+-- Every option declared once: default, type and description. Validation and the
+-- option list in :h sidekick_tools-config both come from this table.
+local M = {}
+
+---@class sidekick_tools.Option
+---@field [1] string dotted path
+---@field [2] any default
+---@field [3] string|string[] accepted type(s)
+---@field [4] string description
+
+---@type sidekick_tools.Option[]
+M.options = {
+  { "python", vim.NIL, { "string", "nil" }, "Python interpreter with pynvim; nil: find one" },
+  {
+    "state_dir",
+    vim.NIL,
+    { "string", "nil" },
+    'Task store and logs; nil: stdpath("state")/sidekick_tools',
+  },
+  { "tasks.store", "sqlite", "string", '"sqlite" (history survives restarts) or "memory"' },
+  { "tasks.max_concurrent", 5, "number", "Tasks running at once; more wait queued" },
+  {
+    "tasks.hybrid_threshold",
+    10,
+    "number",
+    "Seconds a call waits before its task goes to the background",
+  },
+  { "tasks.default_timeout", 1800, "number", "Seconds before a task is killed (reason=timeout)" },
+  { "tasks.await_timeout", 55, "number", "Upper bound of one await_task wait, seconds" },
+  { "tasks.halt_grace", 5, "number", "Seconds between SIGTERM and SIGKILL when halting" },
+  { "tasks.kill_on_exit", true, "boolean", "Halt this Neovim's running tasks when it exits" },
+  { "tasks.retention.completed", 86400, "number", "Seconds completed tasks are kept" },
+  { "tasks.retention.failed", 172800, "number", "Seconds failed and cancelled tasks are kept" },
+  {
+    "auto_accept.tools",
+    {
+      "read_files",
+      "list_directory",
+      "await_task",
+      "halt_task",
+      "task_status",
+      "task_output",
+      "list_tasks",
+    },
+    "table",
+    "Tools that run without asking when their own predicate agrees",
+  },
+  {
+    "auto_accept.safe_commands",
+    {
+      "ls",
+      "pwd",
+      "cat",
+      "echo",
+      "head",
+      "tail",
+      "wc",
+      "which",
+      "date",
+      "whoami",
+      "git status",
+      "git diff",
+      "git log",
+    },
+    "table",
+    "Command prefixes run_terminal_command may run without asking (no shell operators)",
+  },
+  {
+    "auto_accept.policy",
+    vim.NIL,
+    { "function", "nil" },
+    'function(tool, params, ctx) -> "approve" | "deny" | nil; consulted first',
+  },
+  { "agents", {}, "table", 'name -> { cmd = { ..., "{message}" }, env = {}, cwd = nil }' },
+  { "result.max_lines", 200, "number", "Output lines kept in a result block (tail)" },
+  { "notify", "background", "string", '"always", "never" or "background" (chat not visible)' },
+  {
+    "keymaps.run_tool",
+    "<leader>sr",
+    { "string", "boolean" },
+    "Run the call under the cursor (false: none)",
+  },
+  { "keymaps.run_tools", "<leader>sR", { "string", "boolean" }, "Run every pending call" },
+  { "keymaps.halt", "<leader>sh", { "string", "boolean" }, "Halt the task under the cursor" },
+  { "keymaps.tasks", "<leader>st", { "string", "boolean" }, "Open the task list" },
+  {
+    "keymaps.output",
+    "<leader>so",
+    { "string", "boolean" },
+    "Open the output of the task under the cursor",
+  },
+}
+
+local function get_path(tbl, path)
+  local node = tbl
+  for key in path:gmatch("[^.]+") do
+    if type(node) ~= "table" then
+      return nil
+    end
+    node = node[key]
+  end
+  return node
+end
+
+local function set_path(tbl, path, value)
+  local keys = vim.split(path, ".", { plain = true })
+  local node = tbl
+  for i = 1, #keys - 1 do
+    node[keys[i]] = node[keys[i]] or {}
+    node = node[keys[i]]
+  end
+  node[keys[#keys]] = value
+end
+
+local function defaults()
+  local out = {}
+  for _, opt in ipairs(M.options) do
+    local value = opt[2]
+    if value == vim.NIL then
+      value = nil
+    end
+    set_path(out, opt[1], vim.deepcopy(value))
+  end
+  return out
+end
+
+---@type table the merged configuration in force
+M.current = defaults()
+
+--- Merge user options over the defaults, validating each declared option.
+---@param user table|nil
+---@return table
+function M.resolve(user)
+  user = user or {}
+  vim.validate({ opts = { user, "table" } })
+  local merged = defaults()
+  for _, opt in ipairs(M.options) do
+    local path, types = opt[1], opt[3]
+    local value = get_path(user, path)
+    if value ~= nil then
+      local accepted = type(types) == "table" and types or { types }
+      local ok = vim.tbl_contains(accepted, type(value))
+      if not ok then
+        error(
+          string.format(
+            "sidekick_tools: option %s must be %s, got %s",
+            path,
+            table.concat(accepted, " or "),
+            type(value)
+          ),
+          0
+        )
+      end
+      set_path(merged, path, value)
+    end
+  end
+  for name, agent in pairs(merged.agents or {}) do
+    if type(agent) ~= "table" or type(agent.cmd) ~= "table" or #agent.cmd == 0 then
+      error(string.format("sidekick_tools: agents.%s.cmd must be a non-empty list", name), 0)
+    end
+  end
+  if merged.tasks.store ~= "sqlite" and merged.tasks.store ~= "memory" then
+    error('sidekick_tools: tasks.store must be "sqlite" or "memory"', 0)
+  end
+  return merged
+end
+
+function M.setup(user)
+  M.current = M.resolve(user)
+  return M.current
+end
+
+function M.state_dir()
+  return M.current.state_dir or (vim.fn.stdpath("state") .. "/sidekick_tools")
+end
+
+--- The serialisable part sent to the host (functions stay in Lua).
+function M.for_host()
+  local c = vim.deepcopy(M.current)
+  c.python = nil
+  c.state_dir = M.state_dir()
+  c.auto_accept.has_policy = type(c.auto_accept.policy) == "function"
+  c.auto_accept.policy = nil
+  c.keymaps = nil
+  return c
+end
+
+return M

@@ -1,0 +1,80 @@
+-- :checkhealth sidekick_tools
+local M = {}
+
+function M.check()
+  local h = vim.health
+  local host = require("sidekick_tools.host")
+  local config = require("sidekick_tools.config")
+
+  h.start("sidekick_tools: Neovim")
+  local v = vim.version()
+  local version = string.format("%d.%d.%d", v.major, v.minor, v.patch)
+  if vim.fn.has("nvim-0.10") == 1 then
+    h.ok("Neovim " .. version)
+  else
+    h.error("Neovim " .. version .. " is too old", { "sidekick_tools needs Neovim 0.10 or later" })
+  end
+
+  h.start("sidekick_tools: Python host")
+  local python, source = host.find_python()
+  if not python then
+    h.error(
+      "no Python interpreter found",
+      { "set setup({ python = ... })", "or run :SidekickInstall" }
+    )
+    return
+  end
+  h.ok(string.format("interpreter %s (from %s)", python, source))
+  local probe = vim
+    .system({
+      python,
+      "-c",
+      "import sys, pynvim; print(sys.version.split()[0], pynvim.__version__ if hasattr(pynvim, '__version__') else '')",
+    }, { text = true })
+    :wait(10000)
+  if probe.code == 0 then
+    h.ok("Python " .. vim.trim(probe.stdout) .. " with pynvim")
+  else
+    h.error("pynvim is not importable by " .. python, {
+      ":SidekickInstall creates a venv with it",
+      "or: " .. python .. " -m pip install pynvim",
+    })
+  end
+  if host.running() then
+    local ok, info = pcall(host.request, "init", config.for_host(), { nvim_pid = vim.fn.getpid() })
+    if ok then
+      h.ok(string.format("host running (pid %s, version %s)", info.pid, info.version))
+    else
+      h.warn("host running but not answering: " .. tostring(info))
+    end
+  else
+    h.info("host not started yet (it starts on first use)")
+  end
+
+  h.start("sidekick_tools: storage")
+  local dir = config.state_dir()
+  h.info("state dir: " .. dir)
+  if vim.fn.isdirectory(dir) == 1 then
+    if vim.fn.filewritable(dir) == 2 then
+      h.ok("state dir is writable")
+    else
+      h.error(
+        "state dir is not writable",
+        { "fix its permissions or set setup({ state_dir = ... })" }
+      )
+    end
+  else
+    h.info("state dir does not exist yet (created on first use)")
+  end
+  local store = config.current.tasks.store
+  local db = dir .. "/tasks.db"
+  if store == "memory" then
+    h.info("task store: memory (history is lost when Neovim exits)")
+  elseif vim.fn.filereadable(db) == 1 then
+    h.ok("task store: sqlite " .. db)
+  else
+    h.info("task store: sqlite " .. db .. " (created on first use)")
+  end
+end
+
+return M

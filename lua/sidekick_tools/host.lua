@@ -1,0 +1,219 @@
+-- Starts the Python host on first use, reports its death once, restarts it on
+-- the next command. The host recovers tasks from the store on its own.
+local config = require("sidekick_tools.config")
+
+local M = {}
+
+local state = {
+  chan = nil, ---@type integer|nil
+  stderr = {}, ---@type string[] last lines the host wrote to stderr
+  exiting = false,
+  generation = 0,
+}
+
+local STDERR_KEEP = 30
+
+--- Folder that holds lua/, plugin/ and rplugin/ of this plugin.
+function M.root()
+  local source = debug.getinfo(1, "S").source:sub(2)
+  return vim.fn.fnamemodify(source, ":p:h:h:h")
+end
+
+local function venv_python()
+  local dir = vim.fn.stdpath("data") .. "/sidekick_tools/venv"
+  local exe = dir .. "/bin/python"
+  if vim.fn.has("win32") == 1 then
+    exe = dir .. "/Scripts/python.exe"
+  end
+  return exe
+end
+M.venv_python = venv_python
+
+--- The interpreter to run the host with, and where the choice came from.
+---@return string|nil python, string source
+function M.find_python()
+  local configured = config.current.python
+  if configured and configured ~= "" then
+    return vim.fn.expand(configured), "setup({ python = ... })"
+  end
+  local own = venv_python()
+  if vim.fn.executable(own) == 1 then
+    return own, ":SidekickInstall venv"
+  end
+  local prog = vim.g.python3_host_prog
+  if type(prog) == "string" and prog ~= "" and vim.fn.executable(vim.fn.expand(prog)) == 1 then
+    return vim.fn.expand(prog), "g:python3_host_prog"
+  end
+  for _, name in ipairs({ "python3", "python" }) do
+    if vim.fn.executable(name) == 1 then
+      return vim.fn.exepath(name), "PATH"
+    end
+  end
+  return nil, "none found"
+end
+
+local function stderr_tail()
+  local lines = vim.tbl_filter(function(l)
+    return l ~= ""
+  end, state.stderr)
+  return table.concat(lines, "\n", math.max(1, #lines - 9))
+end
+
+local function on_exit(generation, code)
+  if generation ~= state.generation then
+    return
+  end
+  state.chan = nil
+  if state.exiting then
+    return
+  end
+  local tail = stderr_tail()
+  vim.schedule(function()
+    local hint = ""
+    if
+      tail:find("No module named 'pynvim'", 1, true) or tail:find("No module named pynvim", 1, true)
+    then
+      hint = "\nThat interpreter lacks pynvim: run :SidekickInstall or set setup({ python = ... })."
+    end
+    vim.notify(
+      string.format(
+        "sidekick_tools: the Python host exited (code %d); the next command starts a new one.%s%s",
+        code,
+        tail ~= "" and ("\n" .. tail) or "",
+        hint
+      ),
+      vim.log.levels.ERROR
+    )
+    require("sidekick_tools.bridge").host_lost()
+  end)
+end
+
+--- Channel of the running host, starting it when needed.
+---@return integer|nil chan, string|nil err
+function M.ensure()
+  if state.chan then
+    return state.chan
+  end
+  local python, source = M.find_python()
+  if not python then
+    return nil,
+      "sidekick_tools: no Python interpreter found; set setup({ python = ... }) or run :SidekickInstall"
+  end
+  local pythonpath = M.root() .. "/rplugin/python3"
+  if vim.env.PYTHONPATH and vim.env.PYTHONPATH ~= "" then
+    pythonpath = pythonpath .. ":" .. vim.env.PYTHONPATH
+  end
+  state.stderr = {}
+  state.generation = state.generation + 1
+  local generation = state.generation
+  local ok, job = pcall(vim.fn.jobstart, { python, "-m", "sidekick_tools" }, {
+    rpc = true,
+    env = { PYTHONPATH = pythonpath },
+    on_stderr = function(_, data)
+      for _, line in ipairs(data or {}) do
+        table.insert(state.stderr, line)
+      end
+      while #state.stderr > STDERR_KEEP do
+        table.remove(state.stderr, 1)
+      end
+    end,
+    on_exit = function(_, code)
+      on_exit(generation, code)
+    end,
+  })
+  if not ok or job <= 0 then
+    return nil,
+      string.format(
+        "sidekick_tools: could not start %s (from %s): %s",
+        python,
+        source,
+        tostring(job)
+      )
+  end
+  state.chan = job
+  local info = { nvim_pid = vim.fn.getpid(), version = vim.version() }
+  local init_ok, err =
+    pcall(vim.rpcrequest, job, "init", require("sidekick_tools.config").for_host(), info)
+  if not init_ok then
+    pcall(vim.fn.jobstop, job)
+    state.chan = nil
+    local tail = stderr_tail()
+    local msg = string.format(
+      "sidekick_tools: the Python host (%s, from %s) failed to start: %s%s",
+      python,
+      source,
+      tostring(err),
+      tail ~= "" and ("\n" .. tail) or ""
+    )
+    if tail:find("pynvim", 1, true) then
+      msg = msg
+        .. "\nThat interpreter lacks pynvim: run :SidekickInstall or set setup({ python = ... })."
+    end
+    return nil, msg
+  end
+  require("sidekick_tools.bridge").host_started()
+  return job
+end
+
+function M.running()
+  return state.chan ~= nil
+end
+
+function M.channel()
+  return state.chan
+end
+
+--- Synchronous request to the host, starting it if needed. Errors are raised
+--- as Lua errors with a message meant for the user.
+function M.request(method, ...)
+  local chan, err = M.ensure()
+  if not chan then
+    error(err, 0)
+  end
+  local ok, res = pcall(vim.rpcrequest, chan, method, ...)
+  if not ok then
+    error(M.clean_error(res), 0)
+  end
+  return res
+end
+
+--- Fire-and-forget notification; does nothing when the host is not running.
+function M.notify(method, ...)
+  if state.chan then
+    vim.rpcnotify(state.chan, method, ...)
+  end
+end
+
+--- Strip pynvim's traceback wrapping from an error raised by the host.
+function M.clean_error(err)
+  local msg = tostring(err)
+  if type(err) == "table" then
+    msg = tostring(err[2] or vim.inspect(err))
+  end
+  msg = msg:gsub("^.-Vim:Error invoking '[^']*' on channel %d+[^:]*:\n?", "")
+  return msg
+end
+
+--- Called on VimLeavePre: let the host halt this instance's tasks if configured.
+function M.shutdown()
+  state.exiting = true
+  if state.chan then
+    pcall(vim.rpcrequest, state.chan, "shutdown")
+  end
+end
+
+--- Stop the host (tests and :SidekickRestart use it).
+function M.stop()
+  if state.chan then
+    local chan = state.chan
+    state.chan = nil
+    state.generation = state.generation + 1 -- its on_exit is expected, not reported
+    pcall(vim.fn.jobstop, chan)
+  end
+end
+
+function M.stderr_tail()
+  return stderr_tail()
+end
+
+return M

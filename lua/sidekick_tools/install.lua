@@ -1,0 +1,52 @@
+-- :SidekickInstall: a venv of the plugin's own under stdpath("data") with pynvim.
+-- Runs asynchronously; the editor stays usable and the result is reported.
+local M = {}
+
+local function base_python()
+  for _, name in ipairs({ "python3", "python" }) do
+    if vim.fn.executable(name) == 1 then
+      return vim.fn.exepath(name)
+    end
+  end
+end
+
+local function step(cmd, on_done)
+  vim.system(cmd, { text = true }, function(res)
+    vim.schedule(function()
+      on_done(res)
+    end)
+  end)
+end
+
+--- Create (or update) the venv; `on_done(ok, message)` is called at the end.
+function M.run(on_done)
+  local host = require("sidekick_tools.host")
+  local python = base_python()
+  local report = on_done
+    or function(ok, msg)
+      vim.notify(msg, ok and vim.log.levels.INFO or vim.log.levels.ERROR)
+    end
+  if not python then
+    report(false, "sidekick_tools: :SidekickInstall needs python3 (3.9 or later) on PATH")
+    return
+  end
+  local venv = vim.fn.stdpath("data") .. "/sidekick_tools/venv"
+  vim.fn.mkdir(vim.fn.fnamemodify(venv, ":h"), "p")
+  vim.notify("sidekick_tools: creating " .. venv .. " …", vim.log.levels.INFO)
+  step({ python, "-m", "venv", venv }, function(res)
+    if res.code ~= 0 then
+      report(false, "sidekick_tools: venv creation failed:\n" .. (res.stderr or ""))
+      return
+    end
+    step({ host.venv_python(), "-m", "pip", "install", "--quiet", "pynvim>=0.5" }, function(pip)
+      if pip.code ~= 0 then
+        report(false, "sidekick_tools: pip install pynvim failed:\n" .. (pip.stderr or ""))
+        return
+      end
+      host.stop()
+      report(true, "sidekick_tools: installed; the host now runs with " .. host.venv_python())
+    end)
+  end)
+end
+
+return M

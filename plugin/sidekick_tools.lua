@@ -1,0 +1,57 @@
+-- Commands and autocommands only. Every module loads on first use, so start-up
+-- costs a handful of definitions and the Python host starts when first needed.
+if vim.g.loaded_sidekick_tools then
+  return
+end
+vim.g.loaded_sidekick_tools = true
+
+if vim.fn.has("nvim-0.10") == 0 then
+  vim.api.nvim_err_writeln("sidekick_tools needs Neovim 0.10 or later")
+  return
+end
+
+local names = {
+  SidekickRunTool = {
+    nargs = 0,
+    desc = "Run the tool call under the cursor, then chain auto-acceptable calls",
+  },
+  SidekickRunTools = {
+    nargs = 0,
+    desc = "Run every pending tool call of the last assistant message",
+  },
+  SidekickHalt = { nargs = "?", desc = "Cancel the task under the cursor, or TOKEN" },
+  SidekickTasks = {
+    nargs = "?",
+    desc = "List tasks: [running|completed|failed|all]",
+    complete = function()
+      return { "running", "completed", "failed", "all" }
+    end,
+  },
+  SidekickOutput = { nargs = "*", desc = "Live view of a task's output: [TOKEN] [/regex/]" },
+  SidekickInstall = { nargs = 0, desc = "Create the plugin's own Python venv with pynvim" },
+}
+
+for name, opts in pairs(names) do
+  vim.api.nvim_create_user_command(name, function(a)
+    require("sidekick_tools.commands").dispatch(name, a)
+  end, opts)
+end
+
+local group = vim.api.nvim_create_augroup("sidekick_tools", { clear = true })
+
+vim.api.nvim_create_autocmd({ "BufReadPost", "BufNewFile" }, {
+  group = group,
+  pattern = "*.sidekick.md",
+  callback = function(ev)
+    require("sidekick_tools.commands").chat_opened(ev.buf)
+  end,
+})
+
+vim.api.nvim_create_autocmd("VimLeavePre", {
+  group = group,
+  callback = function()
+    if package.loaded["sidekick_tools.host"] then
+      require("sidekick_tools.host").shutdown()
+    end
+  end,
+})

@@ -1,0 +1,576 @@
+"""Run the tool calls of a chat buffer: find, consent, run, write back, chain.
+
+Everything here is a coroutine on the host's loop. Buffer text comes from the
+port's mirror; every edit is computed from the mirror at a changedtick and
+applied by Lua only if the buffer is still at that tick (else recomputed), so
+the user's typing is never overwritten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from . import tools
+from .chat import Chat, ToolCall, parse
+from .chat.render import (
+    clean_output,
+    header_with_id,
+    new_call_id,
+    notice_lines,
+    result_lines,
+    truncate_tail,
+)
+from .config import Config
+from .tools.base import ToolContext, ToolResult
+from .tools.policy import decide
+
+log = logging.getLogger(__name__)
+
+RESULT_STATUSES = ("running", "completed", "failed", "cancelled", "denied")
+STRUCTURAL = ("Unclosed fence", "Duplicate id")  # errors the text itself must fix
+RETRIES = 50
+
+
+class UserError(Exception):
+    """A problem the user can act on; its message is shown as it is."""
+
+
+@dataclass
+class Tracked:
+    """A call this host follows, by its extmark."""
+
+    buf: int
+    mark: int
+    call_id: str
+    tool: str
+    chat: str
+    state: str = "pending"
+    token: str | None = None
+    background: bool = False  # its result block says running; the task ends later
+    finishing: bool = False  # its background task ended; the final block is being written
+    done: bool = False
+
+
+class CallRunner:
+    def __init__(self, port: Any, tasks: Any, config: Config) -> None:
+        self.port = port
+        self.tasks = tasks
+        self.config = config
+        self.tracked: dict[tuple[int, str], Tracked] = {}
+        self._marks = itertools.count(1)
+        self._scan_timers: dict[int, asyncio.TimerHandle] = {}
+        self._bg: set[asyncio.Task[Any]] = set()
+        tasks.subscribe(self._on_task_event)
+        port.on_buffer_change = self.schedule_scan
+
+    # -- entry points (called by host.py) ----------------------------------------
+    async def run_tool(self, buf: int, row: int, cwd: str) -> dict[str, Any]:
+        mirror = await self._mirror(buf)
+        chat = mirror.chat()
+        call = chat.call_at(row)
+        if call is None:
+            raise UserError(
+                f"sidekick_tools: no tool call at line {row + 1}. Put the cursor on a "
+                "```tool block of an ASSISTANT message."
+            )
+        self._refuse_live(buf, call)
+        tracked = await self._prepare(buf, call)
+        if tracked is None:
+            raise UserError("sidekick_tools: the tool call changed while starting; try again")
+        self._spawn(self._chain(tracked, cwd, chain=True))
+        return {"id": tracked.call_id, "tool": tracked.tool}
+
+    async def run_tools(self, buf: int, cwd: str) -> dict[str, Any]:
+        mirror = await self._mirror(buf)
+        chat = mirror.chat()
+        message = chat.last_assistant()
+        pending = [c for c in (message.calls if message else []) if c.pending]
+        if not pending:
+            raise UserError("sidekick_tools: no pending tool call in the last assistant message")
+        ids: list[str] = []
+        first: Tracked | None = None
+        for call in pending:
+            tracked = await self._prepare(buf, call)
+            if tracked is not None:
+                ids.append(tracked.call_id)
+                first = first or tracked
+        self._spawn(self._run_ids(buf, ids, cwd))
+        return {"count": len(ids), "ids": ids}
+
+    async def chat_opened(self, buf: int) -> None:
+        """Follow the `status=running task=T` blocks of a (re)opened chat."""
+        mirror = await self._mirror(buf)
+        for call in mirror.chat().calls:
+            res = call.result
+            if not (res and res.status == "running" and res.fields.get("task") and call.call_id):
+                continue
+            if (buf, call.call_id) in self.tracked:
+                continue
+            tracked = await self._prepare(buf, call)
+            if tracked is None:
+                continue
+            tracked.background = True
+            tracked.token = res.fields["task"]
+            task = self.tasks.get(tracked.token)
+            if task is None:
+                await self._write(
+                    tracked,
+                    ToolResult(
+                        status="failed",
+                        body=f"Task {tracked.token} is not in the task store (expired, or it "
+                        "lived in an in-memory store of an earlier session).",
+                        fields={"task": tracked.token, "reason": "not_found"},
+                    ),
+                )
+            elif _status(task) in ("completed", "failed", "cancelled"):
+                await self._finish_background(tracked, task)
+            else:
+                self._emit_state(tracked, "running", started_at=task.started_at)
+        self.schedule_scan(buf, delay=0)
+
+    def token_at(self, buf: int, row: int) -> str | None:
+        mirror = self.port.mirrors.get(buf)
+        if mirror is None:
+            return None
+        call = mirror.chat().call_at(row)
+        if call is None:
+            return None
+        tracked = self.tracked.get((buf, call.call_id or ""))
+        if tracked and tracked.token:
+            return tracked.token
+        if call.result and call.result.fields.get("task"):
+            return call.result.fields["task"]
+        return None
+
+    # -- the chain -----------------------------------------------------------------
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+        task.add_done_callback(_log_failure)
+
+    async def _run_ids(self, buf: int, ids: list[str], cwd: str) -> None:
+        for call_id in ids:
+            tracked = self.tracked.get((buf, call_id))
+            if tracked is not None:
+                await self._execute(tracked, cwd, explicit=True)
+
+    async def _chain(self, first: Tracked, cwd: str, chain: bool) -> None:
+        current: Tracked | None = first
+        explicit = True
+        while current is not None:
+            await self._execute(current, cwd, explicit=explicit)
+            explicit = False
+            current = await self._next_auto(current, cwd) if chain else None
+
+    async def _next_auto(self, previous: Tracked, cwd: str) -> Tracked | None:
+        """The next pending call of the same message, when it may run without asking."""
+        mirror = await self._mirror(previous.buf)
+        chat = mirror.chat()
+        prev = chat.call_by_id(previous.call_id)
+        if prev is None:
+            return None
+        message = chat.messages[prev.message_index]
+        following = [c for c in message.calls if c.start_row > prev.start_row and c.pending]
+        if not following:
+            return None
+        call = following[0]
+        if call.error or tools.check_call(call.tool, call.params or {}):
+            return None  # a broken call needs a person; its ✗ shows why
+        ctx = self._context(cwd, mirror.name, call.call_id or "")
+        answer = await self._ask_policy(call, ctx)
+        verdict = decide(call.tool, call.params or {}, ctx, answer)
+        if verdict == "ask":
+            return None
+        tracked = await self._prepare(previous.buf, call)
+        if tracked is None:
+            return None
+        if verdict == "deny":
+            await self._write(tracked, _denied("denied by the auto-accept policy"))
+            return await self._next_auto(tracked, cwd)
+        return tracked
+
+    async def _execute(self, tracked: Tracked, cwd: str, explicit: bool) -> None:
+        found = await self._find(tracked)
+        if found is None:
+            return
+        mirror, call = found
+        problem = call.error or tools.check_call(call.tool, call.params or {})
+        if problem:
+            if problem.startswith(STRUCTURAL):
+                # No block can be written safely: only the diagnostic says what is wrong.
+                self._emit_state(tracked, "failed", detail=problem)
+                self.port.notify_user(f"sidekick_tools: {problem}", "error")
+                return
+            await self._write(tracked, ToolResult(status="failed", body=problem, fields={}))
+            return
+        ctx = self._context(cwd, mirror.name, tracked.call_id)
+        if explicit:
+            answer = await self._ask_policy(call, ctx)
+            if answer == "deny":
+                await self._write(tracked, _denied("denied by the auto-accept policy"))
+                return
+        tool = tools.get_tool(call.tool)
+        self._emit_state(tracked, "running", started_at=time.time())
+        started = time.monotonic()
+        try:
+            result = await tool.run(call.params or {}, ctx)
+        except Exception as exc:  # a tool bug must not take the host down
+            log.exception("tool %s failed on call %s", call.tool, tracked.call_id)
+            result = ToolResult(
+                status="failed",
+                body=f"Internal error in {call.tool}: {exc!r} (details in the host log)",
+                fields={},
+            )
+        if "duration" not in result.fields and call.tool != "run_terminal_command":
+            result.fields["duration"] = round(time.monotonic() - started, 2)
+        if result.status == "running":
+            tracked.token = str(result.fields.get("task") or tracked.token or "") or None
+        await self._write(tracked, result)
+        if result.status == "running" and tracked.token:
+            tracked.background = True
+            task = self.tasks.get(tracked.token)
+            if task is not None and _status(task) in ("completed", "failed", "cancelled"):
+                await self._finish_background(tracked, task)
+
+    # -- buffer work -----------------------------------------------------------------
+    async def _mirror(self, buf: int) -> Any:
+        mirror = await self.port.mirror(buf)
+        if mirror is None:
+            raise UserError(f"sidekick_tools: buffer {buf} is not loaded")
+        return mirror
+
+    def _refuse_live(self, buf: int, call: ToolCall) -> None:
+        tracked = self.tracked.get((buf, call.call_id or ""))
+        if tracked and tracked.state in ("queued", "running") and not tracked.done:
+            what = f" as task {tracked.token}" if tracked.token else ""
+            raise UserError(
+                f"sidekick_tools: {call.call_id} is already running{what}; :SidekickHalt stops it"
+            )
+
+    async def _prepare(self, buf: int, call: ToolCall) -> Tracked | None:
+        """Give the call an id (if hand-written without one) and an extmark."""
+        row = call.start_row
+        for _ in range(RETRIES):
+            mirror = await self._mirror(buf)
+            chat = mirror.chat()
+            current = chat.call_at(row)
+            if current is None or current.start_row != row:
+                if call.call_id and chat.call_by_id(call.call_id):
+                    current = chat.call_by_id(call.call_id)
+                    row = current.start_row
+                else:
+                    return None
+            edits: list[tuple[int, int, list[str]]] = []
+            call_id = current.call_id
+            if not call_id:
+                taken = {c.call_id for c in chat.calls if c.call_id}
+                call_id = new_call_id(taken)
+                edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
+            old = self.tracked.get((buf, call_id))
+            mark = old.mark if old else next(self._marks)
+            if await self.port.apply(buf, mirror.tick, edits, [(mark, row)]):
+                tracked = Tracked(
+                    buf=buf, mark=mark, call_id=call_id, tool=current.tool, chat=mirror.name
+                )
+                self.tracked[(buf, call_id)] = tracked
+                return tracked
+            await asyncio.sleep(0.005)
+        return None
+
+    async def _find(self, tracked: Tracked) -> tuple[Any, ToolCall] | None:
+        """The call's current block, by its extmark; None when the block is gone."""
+        for _ in range(RETRIES):
+            mirror = self.port.mirrors.get(tracked.buf)
+            if mirror is None:
+                return None
+            rows = await self.port.mark_rows(tracked.buf, [tracked.mark])
+            row = rows.get(tracked.mark, -1)
+            if row < 0:
+                self._forget(tracked)
+                return None
+            call = mirror.chat().call_at(row)
+            if call is not None and call.start_row == row and call.call_id == tracked.call_id:
+                return mirror, call
+            await asyncio.sleep(0.005)  # the mirror has not seen the latest edit yet
+        log.warning("call %s: block no longer matches its mark; not writing", tracked.call_id)
+        return None
+
+    async def _write(self, tracked: Tracked, result: ToolResult) -> bool:
+        """Write (or replace) the call's result block, then update its state."""
+        token = result.fields.get("task")
+        log_path = None
+        if token:
+            task = self.tasks.get(str(token))
+            log_path = _log_path(task)
+        body = self._shown(result.body, log_path, truncate=bool(token))
+        block = result_lines(tracked.call_id, result.status, result.fields, body)
+        for _ in range(RETRIES):
+            found = await self._find(tracked)
+            if found is None:  # the block was deleted: the task's result goes nowhere
+                tracked.done = True
+                return False
+            mirror, call = found
+            if call.result is not None:
+                edit = (call.result.start_row, call.result.end_row + 1, block)
+            else:
+                edit = (call.end_row + 1, call.end_row + 1, block)
+            edits = [edit]
+            tail = self._user_line_edit(mirror.chat(), call, mirror.lines)
+            if tail is not None:
+                edits.insert(0, tail)  # bottom-up: the end of the buffer first
+            if await self.port.apply(tracked.buf, mirror.tick, edits):
+                self._mark_done(tracked, result)
+                return True
+            await asyncio.sleep(0.005)
+        log.warning("call %s: buffer kept changing; result not written", tracked.call_id)
+        return False
+
+    def _shown(self, body: str, log_path: str | None, truncate: bool = True) -> str:
+        """Text as the buffer shows it: clean, no trailing newline, and for process
+        output only the tail (file tools bound their own results)."""
+        text = clean_output(body.encode("utf-8", "replace"))
+        if truncate:
+            text = truncate_tail(text, self.config.result_max_lines, log_path)
+        return text.rstrip("\n")
+
+    def _user_line_edit(
+        self, chat: Chat, resolving: ToolCall, lines: list[str]
+    ) -> tuple[int, int, list[str]] | None:
+        """Append `USER: ` when this resolves the last pending call of the last
+        assistant message, unless the chat already ends with a USER message."""
+        last = chat.last_assistant()
+        if last is None or not chat.messages or chat.messages[-1] is not last:
+            return None
+        if resolving not in last.calls:
+            return None
+        if any(c.pending and c is not resolving for c in last.calls):
+            return None
+        n = len(lines)
+        add = ["USER: "] if (n and lines[-1].strip() == "") else ["", "USER: "]
+        return (n, n, add)
+
+    def _mark_done(self, tracked: Tracked, result: ToolResult) -> None:
+        detail = _detail(result)
+        if result.status == "running":
+            self._emit_state(tracked, "running", detail=None, started_at=self._started(tracked))
+        else:
+            tracked.done = True
+            self._emit_state(tracked, result.status, detail=detail)
+
+    def _started(self, tracked: Tracked) -> float | None:
+        task = self.tasks.get(tracked.token) if tracked.token else None
+        return getattr(task, "started_at", None) if task else None
+
+    def _forget(self, tracked: Tracked) -> None:
+        self.tracked.pop((tracked.buf, tracked.call_id), None)
+        self.port.emit({"type": "forget", "buf": tracked.buf, "mark": tracked.mark})
+
+    async def _insert_notice(self, buf: int, lines: list[str]) -> bool:
+        for _ in range(RETRIES):
+            mirror = self.port.mirrors.get(buf)
+            if mirror is None:
+                return False
+            chat = mirror.chat()
+            n = len(mirror.lines)
+            if chat.messages and chat.messages[-1].role == "USER":
+                # the user may be typing there: put the notice before it
+                at = chat.messages[-1].start_row
+                edit = (at, at, [*lines, ""] if lines[-1] != "" else lines)
+            else:
+                pad = [""] if (n and mirror.lines[-1].strip() != "") else []
+                edit = (n, n, pad + lines)
+            if await self.port.apply(buf, mirror.tick, [edit]):
+                return True
+            await asyncio.sleep(0.005)
+        return False
+
+    # -- tasks ending in the background ------------------------------------------------
+    def _on_task_event(self, event: Any) -> None:
+        task = event.task
+        self.port.emit(
+            {
+                "type": "task",
+                "kind": event.kind,
+                "finished": event.kind == "finished",
+                "task": task.to_dict(),
+            }
+        )
+        tracked = self._tracked_for(task)
+        if tracked is None:
+            return
+        tracked.token = task.id
+        status = _status(task)
+        if status == "queued":
+            ahead = self.tasks.queue_position(task.id)
+            self._emit_state(tracked, "queued", ahead=ahead)
+        elif status == "running" and not tracked.done:
+            self._emit_state(
+                tracked,
+                "running",
+                started_at=task.started_at,
+                progress=task.progress,
+                progress_text=task.progress_text,
+            )
+        elif event.kind == "finished" and tracked.background and not tracked.finishing:
+            self._spawn(self._finish_background(tracked, task))
+
+    def _tracked_for(self, task: Any) -> Tracked | None:
+        for tracked in self.tracked.values():
+            if tracked.token == task.id:
+                return tracked
+        if not task.call_id:
+            return None
+        for tracked in self.tracked.values():
+            if tracked.call_id == task.call_id and tracked.chat == task.chat:
+                return tracked
+        return None
+
+    async def _finish_background(self, tracked: Tracked, task: Any) -> None:
+        if tracked.done or tracked.finishing:
+            return
+        tracked.finishing = True
+        from .tools.run_terminal_command import result_from_task
+
+        result = result_from_task(task)
+        result.fields.setdefault("task", task.id)
+        await self._write(tracked, result)
+        output = self._shown(result.body, _log_path(task))
+        payload = {
+            "id": task.id,
+            "status": _status(task),
+            "started_at": _iso(task.started_at),
+            "ended_at": _iso(task.ended_at),
+            "duration_seconds": _duration(task),
+            "exit_code": task.exit_code,
+            "output": output,
+            "log": _log_path(task),
+        }
+        await self._insert_notice(tracked.buf, notice_lines(payload))
+
+    # -- diagnostics for calls this host does not follow ----------------------------------
+    def schedule_scan(self, buf: int, delay: float = 0.15) -> None:
+        handle = self._scan_timers.pop(buf, None)
+        if handle is not None:
+            handle.cancel()
+        loop = asyncio.get_event_loop()
+        self._scan_timers[buf] = loop.call_later(delay, self._scan, buf)
+
+    def _scan(self, buf: int) -> None:
+        self._scan_timers.pop(buf, None)
+        mirror = self.port.mirrors.get(buf)
+        if mirror is None:
+            return
+        items = scan_items(mirror.chat(), {cid for (b, cid) in self.tracked if b == buf})
+        self.port.emit({"type": "scan", "buf": buf, "items": items})
+
+    # -- state & helpers ------------------------------------------------------------------
+    def _emit_state(self, tracked: Tracked, state: str, **extra: Any) -> None:
+        tracked.state = state
+        event = {"type": "call", "buf": tracked.buf, "mark": tracked.mark, "state": state}
+        event["tool"] = tracked.tool
+        event.update({k: v for k, v in extra.items() if v is not None})
+        self.port.emit(event)
+
+    def _context(self, cwd: str, chat: str, call_id: str) -> ToolContext:
+        return ToolContext(
+            cwd=cwd, tasks=self.tasks, config=self.config, chat=chat, call_id=call_id
+        )
+
+    async def _ask_policy(self, call: ToolCall, ctx: ToolContext) -> str | None:
+        if not self.config.auto_accept.has_policy:
+            return None
+        try:
+            answer = await self.port.lua(
+                "return require('sidekick_tools.bridge').policy(...)",
+                call.tool,
+                call.params or {},
+                {"cwd": ctx.cwd, "chat": ctx.chat, "call_id": ctx.call_id},
+            )
+        except Exception:
+            log.exception("policy function failed")
+            return None
+        return answer if answer in ("approve", "deny") else None
+
+
+def scan_items(chat: Chat, tracked_ids: set[str]) -> list[dict[str, Any]]:
+    """Diagnostic state of every call, as the text alone says it (DESIGN §5)."""
+    items = []
+    for call in chat.calls:
+        if call.call_id and call.call_id in tracked_ids:
+            continue
+        item: dict[str, Any] = {"row": call.start_row, "tool": call.tool}
+        problem = call.error or tools.check_call(call.tool, call.params or {})
+        res = call.result
+        if res is not None and res.status in RESULT_STATUSES:
+            item["state"] = res.status
+            if res.status == "failed":
+                item["detail"] = _fields_detail(res.fields) or "failed"
+            elif res.status == "running" and res.fields.get("task"):
+                item["detail"] = f"task {res.fields['task']}"
+            elif res.status in ("cancelled", "denied"):
+                item["detail"] = res.status
+        elif problem:
+            item["state"] = "failed"
+            item["detail"] = problem
+        else:
+            item["state"] = "pending"
+        items.append(item)
+    return items
+
+
+def _fields_detail(fields: dict[str, Any]) -> str:
+    if fields.get("reason") == "timeout":
+        return "timeout"
+    if "exit" in fields:
+        return f"exit {fields['exit']}"
+    return str(fields.get("reason") or "")
+
+
+def _detail(result: ToolResult) -> str | None:
+    if result.status == "failed":
+        first = result.body.strip().splitlines()[0] if result.body.strip() else "failed"
+        return _fields_detail(result.fields) or first[:200]
+    if result.status in ("cancelled", "denied"):
+        return str(result.fields.get("reason") or result.status)
+    return None
+
+
+def _denied(reason: str) -> ToolResult:
+    return ToolResult(status="denied", body=reason, fields={})
+
+
+def _status(task: Any) -> str:
+    status = task.status
+    return str(getattr(status, "value", status))
+
+
+def _log_path(task: Any) -> str | None:
+    if task is None or not getattr(task, "log_dir", None):
+        return None
+    return f"{task.log_dir}/stdout"
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts))
+
+
+def _duration(task: Any) -> float | None:
+    if task.started_at is None or task.ended_at is None:
+        return None
+    return round(task.ended_at - task.started_at, 2)
+
+
+def _log_failure(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("background work failed", exc_info=fut.exception())
+
+
+__all__ = ["CallRunner", "UserError", "scan_items", "parse"]

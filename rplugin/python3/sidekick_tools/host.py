@@ -1,0 +1,233 @@
+"""RPC methods of the host: translate arguments, dispatch, translate errors.
+
+Each request runs in a pynvim greenlet; work that takes time is a coroutine on
+the loop, awaited with `port.block_on` only where Lua needs the answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable
+
+from . import __version__
+from .calls import CallRunner, UserError
+from .config import Config
+from .nvim_port import NvimPort
+from .tasks.manager import TaskManager
+from .tasks.runner import owner_token
+from .tasks.store import MemoryStore, SqliteStore, StoreError
+
+log = logging.getLogger(__name__)
+
+LIST_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+
+
+class Host:
+    def __init__(self, nvim: Any) -> None:
+        self.port = NvimPort(nvim)
+        self.config: Config | None = None
+        self.tasks: TaskManager | None = None
+        self.calls: CallRunner | None = None
+        self.owner = ""
+        self.store_kind = ""
+        self._shut_down = False
+
+    # -- dispatch -------------------------------------------------------------------
+    def on_request(self, name: str, args: list[Any]) -> Any:
+        handler = self._handler(name)
+        try:
+            return handler(*args)
+        except UserError as exc:
+            raise _error_response(str(exc)) from None
+        except TypeError as exc:
+            log.exception("bad arguments for %s", name)
+            raise _error_response(f"sidekick_tools: bad arguments for {name}: {exc}") from None
+
+    def on_notification(self, name: str, args: list[Any]) -> None:
+        if self.port.on_notification(name, args):
+            return
+        if name == "chat_opened" and self.calls is not None:
+            self.port.block_on(self.calls.chat_opened(int(args[0])))
+            return
+        log.debug("ignored notification %s", name)
+
+    def _handler(self, name: str) -> Callable[..., Any]:
+        handler = getattr(self, f"rpc_{name}", None)
+        if handler is None:
+            raise _error_response(f"sidekick_tools: unknown method {name}")
+        if name != "init" and self.calls is None:
+            raise _error_response("sidekick_tools: host not initialised (init first)")
+        return handler
+
+    # -- methods ---------------------------------------------------------------------
+    def rpc_init(self, raw_config: dict[str, Any], info: dict[str, Any] | None = None) -> Any:
+        config = Config.from_dict(raw_config)
+        if self.tasks is not None and self.config is not None:
+            self._reconfigure(config)
+            return self._info()
+        self.config = config
+        _prepare_state_dir(config.state_dir)
+        _log_to_file(os.path.join(config.state_dir, "host.log"))
+        nvim_pid = int((info or {}).get("nvim_pid") or os.getppid())
+        self.owner = owner_token(nvim_pid)
+        store = self._open_store(config)
+        t = config.tasks
+        self.tasks = TaskManager(
+            store,
+            config.state_dir,
+            self.owner,
+            max_concurrent=t.max_concurrent,
+            default_timeout=t.default_timeout,
+            halt_grace=t.halt_grace,
+            retention=(t.retention.completed, t.retention.failed),
+        )
+        self.port.block_on(self.tasks.recover())
+        self.calls = CallRunner(self.port, self.tasks, config)
+        log.info("host %s started for %s (store %s)", __version__, self.owner, self.store_kind)
+        return self._info()
+
+    def _open_store(self, config: Config) -> Any:
+        if config.tasks.store == "memory":
+            self.store_kind = "memory"
+            return MemoryStore()
+        path = os.path.join(config.state_dir, "tasks.db")
+        try:
+            store = SqliteStore(path)
+        except StoreError as exc:
+            log.error("task store unusable: %s", exc)
+            self.port.notify_user(
+                f"sidekick_tools: {exc}\nTasks are kept in memory for this session.", "error"
+            )
+            self.store_kind = "memory (fallback)"
+            return MemoryStore()
+        self.store_kind = "sqlite"
+        return store
+
+    def _reconfigure(self, config: Config) -> None:
+        assert self.config is not None and self.tasks is not None
+        for name in ("tasks", "auto_accept", "agents", "result_max_lines"):
+            setattr(self.config, name, getattr(config, name))
+        t = config.tasks
+        self.tasks.max_concurrent = max(1, int(t.max_concurrent))
+        self.tasks.default_timeout = t.default_timeout
+        self.tasks.halt_grace = float(t.halt_grace)
+
+    def _info(self) -> dict[str, Any]:
+        assert self.config is not None
+        return {
+            "version": __version__,
+            "state_dir": self.config.state_dir,
+            "store": self.store_kind,
+            "owner": self.owner,
+            "pid": os.getpid(),
+        }
+
+    def rpc_run_tool(self, buf: int, row: int) -> Any:
+        cwd = self._cwd()
+        return self.port.block_on(self.calls.run_tool(int(buf), int(row), cwd))
+
+    def rpc_run_tools(self, buf: int) -> Any:
+        cwd = self._cwd()
+        return self.port.block_on(self.calls.run_tools(int(buf), cwd))
+
+    def rpc_chat_opened(self, buf: int) -> Any:
+        self.port.block_on(self.calls.chat_opened(int(buf)))
+        return True
+
+    def rpc_halt(self, token: str | None, buf: int | None = None, row: int | None = None) -> Any:
+        if not token:
+            if buf is not None and row is not None:
+                self.port.block_on(self.port.mirror(int(buf)))
+                token = self.calls.token_at(int(buf), int(row))
+            if not token:
+                raise UserError(
+                    "sidekick_tools: no task under the cursor; give a token: :SidekickHalt TOKEN"
+                )
+        task = self.tasks.get(token)
+        if task is None:
+            raise UserError(f"sidekick_tools: no task {token} (unknown or expired)")
+        status = _status(task)
+        if status in ("completed", "failed", "cancelled"):
+            return {"id": token, "status": status, "message": f"Task {token} already {status}"}
+        task = self.port.block_on(self.tasks.halt(token))
+        return {
+            "id": token,
+            "status": _status(task),
+            "message": f"Task {token} {_status(task)}",
+        }
+
+    def rpc_list_tasks(self, opts: dict[str, Any] | None = None) -> Any:
+        opts = dict(opts or {})
+        status = opts.get("status") or None
+        if status == "all":
+            status = None
+        if status is not None and status not in LIST_STATUSES:
+            raise UserError(
+                f"sidekick_tools: unknown status {status!r}; use one of "
+                + ", ".join((*LIST_STATUSES, "all"))
+            )
+        owner = None if (opts.get("all") or opts.get("status") == "all") else self.owner
+        tasks = self.tasks.list(
+            status=status,
+            owner=owner,
+            limit=int(opts.get("limit") or 100),
+            offset=int(opts.get("offset") or 0),
+        )
+        return [t.to_dict() for t in tasks]
+
+    def rpc_get_task(self, token: str) -> Any:
+        task = self.tasks.get(str(token))
+        return task.to_dict() if task is not None else None
+
+    def rpc_shutdown(self) -> Any:
+        self.close()
+        return True
+
+    def rpc_ping(self) -> Any:
+        return "pong"
+
+    # -- life cycle --------------------------------------------------------------------
+    def close(self) -> None:
+        """Neovim is leaving (or gone): halt this instance's tasks if configured."""
+        if self._shut_down or self.tasks is None or self.config is None:
+            return
+        self._shut_down = True
+        kill = self.config.tasks.kill_on_exit
+        try:
+            self.port.block_on(self.tasks.shutdown(kill=kill))
+        except Exception:
+            log.exception("shutdown failed")
+
+    def _cwd(self) -> str:
+        return str(self.port.block_on(self.port.call("nvim_call_function", "getcwd", [])))
+
+
+def _status(task: Any) -> str:
+    return str(getattr(task.status, "value", task.status))
+
+
+def _error_response(msg: str) -> BaseException:
+    from pynvim.msgpack_rpc.session import ErrorResponse
+
+    return ErrorResponse(msg)
+
+
+def _prepare_state_dir(path: str) -> None:
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        os.chmod(path, 0o700)
+    except OSError:
+        pass
+
+
+def _log_to_file(path: str) -> None:
+    root = logging.getLogger("sidekick_tools")
+    if any(isinstance(h, logging.FileHandler) for h in root.handlers):
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.close(fd)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(os.environ.get("SIDEKICK_TOOLS_LOG_LEVEL", "INFO"))

@@ -1,0 +1,175 @@
+"""The one module that talks to Neovim.
+
+Everything else in the host is asyncio coroutines on pynvim's own event loop.
+This port gives them:
+
+- `call()`: a request to Neovim as an awaitable (run in a pynvim greenlet, so
+  it never blocks the loop);
+- `block_on()`: for RPC handlers (greenlets) that must wait for a coroutine;
+- `emit()`: UI events batched into one `nvim_exec_lua` notification per loop turn;
+- buffer mirrors kept current by `nvim_buf_attach` line events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+import greenlet
+
+from .buffers import BufferMirror
+
+log = logging.getLogger(__name__)
+
+EVENTS_LUA = "require('sidekick_tools.bridge').on_events(...)"
+
+
+class NvimPort:
+    def __init__(self, nvim: Any) -> None:
+        self.nvim = nvim
+        self.loop: asyncio.AbstractEventLoop = nvim.loop
+        self._events: list[dict[str, Any]] = []
+        self._flush_scheduled = False
+        self.mirrors: dict[int, BufferMirror] = {}
+        # buffers between nvim_buf_attach and their snapshot: events seen meanwhile
+        self._attaching: dict[int, list[list[Any]]] = {}
+        self.on_buffer_change: Any = None  # callback(buf) set by the host
+
+    # -- requests -----------------------------------------------------------
+    def call(self, method: str, *args: Any) -> asyncio.Future[Any]:
+        """Send a request to Neovim; the future resolves with its answer."""
+        fut: asyncio.Future[Any] = self.loop.create_future()
+
+        def run() -> None:
+            try:
+                result = self.nvim.request(method, *args)
+            except Exception as exc:  # delivered to the awaiting coroutine
+                if not fut.done():
+                    fut.set_exception(exc)
+            else:
+                if not fut.done():
+                    fut.set_result(result)
+
+        self.nvim.async_call(run)
+        return fut
+
+    async def lua(self, code: str, *args: Any) -> Any:
+        return await self.call("nvim_exec_lua", code, list(args))
+
+    def block_on(self, awaitable: Awaitable[Any]) -> Any:
+        """Wait for a coroutine from an RPC handler (a pynvim greenlet).
+
+        The handler's greenlet yields to the loop until the future is done, the
+        same way pynvim waits for responses; the editor is never blocked by it
+        except for a synchronous rpcrequest that is waiting for this answer.
+        """
+        fut = asyncio.ensure_future(awaitable, loop=self.loop)
+        if fut.done():
+            return fut.result()
+        current = greenlet.getcurrent()
+        if current.parent is None:  # not in a handler greenlet (tests): run the loop
+            return self.loop.run_until_complete(fut)
+        fut.add_done_callback(lambda _f: current.switch())
+        current.parent.switch()
+        return fut.result()
+
+    # -- UI events ------------------------------------------------------------
+    def emit(self, event: dict[str, Any]) -> None:
+        self._events.append(event)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        events, self._events = self._events, []
+        if events:
+            try:
+                self.nvim.request("nvim_exec_lua", EVENTS_LUA, [events], async_=True)
+            except Exception:  # Neovim went away; nothing to show events to
+                log.exception("could not send %d events", len(events))
+
+    def notify_user(self, msg: str, level: str = "info") -> None:
+        levels = {"debug": 1, "info": 2, "warn": 3, "error": 4}
+        self.emit({"type": "notify", "msg": msg, "level": levels.get(level, 2)})
+
+    # -- buffers ----------------------------------------------------------------
+    async def mirror(self, buf: int) -> BufferMirror | None:
+        """The mirror of `buf`, attaching to it on first use. None if the buffer is gone."""
+        mirror = self.mirrors.get(buf)
+        if mirror is not None and mirror.tick is not None:
+            return mirror
+        if mirror is None:
+            self._attaching[buf] = []
+            if not await self.call("nvim_buf_attach", buf, False, {}):
+                self._attaching.pop(buf, None)
+                return None
+        else:
+            self._attaching[buf] = []
+        snap = await self.lua("return require('sidekick_tools.bridge').snapshot(...)", buf)
+        early = self._attaching.pop(buf, [])
+        if not snap:
+            self.mirrors.pop(buf, None)
+            return None
+        mirror = BufferMirror(
+            buf=buf, name=snap["name"], lines=list(snap["lines"]), tick=snap["tick"]
+        )
+        for tick, first, last, data in early:  # on_lines skips what the snapshot holds
+            mirror.on_lines(tick, first, last, data)
+        self.mirrors[buf] = mirror
+        return mirror
+
+    def on_notification(self, name: str, args: list[Any]) -> bool:
+        """Handle buffer-update notifications; False if `name` is not one."""
+        if name == "nvim_buf_lines_event":
+            buf, tick, first, last, data, _more = args
+            bufnr = _bufnr(buf)
+            if bufnr in self._attaching:
+                self._attaching[bufnr].append([tick, first, last, data])
+                return True
+            mirror = self.mirrors.get(bufnr)
+            if mirror is not None:
+                mirror.on_lines(tick, first, last, data)
+                if self.on_buffer_change:
+                    self.on_buffer_change(mirror.buf)
+            return True
+        if name == "nvim_buf_changedtick_event":
+            buf, tick = args
+            mirror = self.mirrors.get(_bufnr(buf))
+            if mirror is not None:
+                mirror.on_tick(tick)
+            return True
+        if name == "nvim_buf_detach_event":
+            self.mirrors.pop(_bufnr(args[0]), None)
+            return True
+        return False
+
+    async def apply(
+        self,
+        buf: int,
+        tick: int | None,
+        edits: list[tuple[int, int, list[str]]],
+        marks: list[tuple[int, int]] | None = None,
+    ) -> bool:
+        """Apply edits computed at `tick`; False when the buffer moved on."""
+        if tick is None:
+            return False
+        return bool(
+            await self.lua(
+                "return require('sidekick_tools.bridge').apply(...)",
+                buf,
+                tick,
+                [list(e) for e in edits],
+                [list(m) for m in (marks or [])],
+            )
+        )
+
+    async def mark_rows(self, buf: int, marks: list[int]) -> dict[int, int]:
+        rows = await self.lua("return require('sidekick_tools.bridge').mark_rows(...)", buf, marks)
+        return {int(k): int(v) for k, v in dict(rows or {}).items()}
+
+
+def _bufnr(buf: Any) -> int:
+    return int(getattr(buf, "number", buf))

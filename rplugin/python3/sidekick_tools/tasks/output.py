@@ -1,0 +1,419 @@
+"""Task output: markers, ANSI stripping, summaries, and incremental log reading.
+
+A task's stdout/stderr are files written by the task itself; this module only
+ever reads them, and always in bounded pieces:
+
+- `LogFollower` remembers where it stopped and reads only bytes appended since
+  (cost proportional to new output), tracking line count, the latest progress
+  marker and where the last `[RESULT]` / prompt line starts, using
+  `bytes.count`/`rfind` so that even large volumes stay cheap.
+- `read_new()` gives a caller (task_output) the bytes after an offset it keeps.
+- `summary_of()` turns a bounded piece of text into the summary shown to the LLM.
+
+Output protocol (a marker starts a line; leading blanks and ANSI codes allowed):
+`[PROGRESS] text`, `[PROGRESS:NN] text` (NN percent, clamped to 0..100),
+`[RESULT] ...` (start of the final result), `[ERROR] ...`, `[WARNING] ...`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+from re import Pattern
+from typing import Union
+
+# CSI, OSC (BEL or ST terminated), DCS/SOS/PM/APC strings, 2-byte escapes, 8-bit CSI.
+_ANSI = (
+    r"\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
+    r"|\x1b[@-Z\\-_]"
+    r"|\x9b[0-?]*[ -/]*[@-~]"
+)
+ANSI_RE = re.compile(_ANSI)
+_ANSI_B = re.compile(_ANSI.encode())
+
+_MARKER_RE = re.compile(
+    r"^[ \t]*\[(PROGRESS(?::[ \t]*(\d{1,3})[ \t]*%?)?|RESULT|ERROR|WARNING)\][ \t]?(.*)$"
+)
+_MARKER_B = re.compile(_MARKER_RE.pattern.encode(), re.S)
+
+SUMMARY_LINES = 50
+SUMMARY_BYTES = 8 * 1024
+# A partial line longer than this is consumed anyway (no quadratic re-scans of
+# newline-free output such as binary data).
+MAX_PARTIAL_LINE = 64 * 1024
+READ_CHUNK = 1 << 20
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI_RE.sub("", text)
+
+
+def decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def normalize_newlines(text: str) -> str:
+    """CRLF -> LF; within a line, a lone CR overwrites (keep what follows the last CR)."""
+    text = text.replace("\r\n", "\n")
+    if "\r" not in text:
+        return text
+    return "\n".join(
+        line.rsplit("\r", 1)[-1] if "\r" in line else line for line in text.split("\n")
+    )
+
+
+def clean(text: str) -> str:
+    return normalize_newlines(strip_ansi(text))
+
+
+@dataclass(frozen=True)
+class Marker:
+    kind: str  # "progress" | "result" | "error" | "warning"
+    text: str
+    percent: int | None = None
+
+
+def parse_line(line: str) -> Marker | None:
+    """The marker a line carries, if any (ANSI codes are ignored)."""
+    m = _MARKER_RE.match(strip_ansi(line).rstrip("\r\n"))
+    if m is None:
+        return None
+    word, pct, rest = m.group(1), m.group(2), m.group(3)
+    kind = word.split(":", 1)[0].lower()
+    percent = None
+    if pct is not None:
+        percent = max(0, min(100, int(pct)))
+    return Marker(kind, rest.strip(), percent)
+
+
+@dataclass(frozen=True)
+class Progress:
+    percent: int | None
+    text: str
+
+
+def _tail(text: str, max_lines: int, max_bytes: int) -> str:
+    lines = text.rstrip("\n").split("\n")
+    out = "\n".join(lines[-max_lines:]) if max_lines > 0 else ""
+    encoded = out.encode("utf-8")
+    if len(encoded) > max_bytes:
+        out = encoded[-max_bytes:].decode("utf-8", errors="ignore")
+        # Drop the (probably cut) first line when there is more than one.
+        if "\n" in out:
+            out = out.split("\n", 1)[1]
+    return out
+
+
+def summary_of(text: str, max_lines: int = SUMMARY_LINES, max_bytes: int = SUMMARY_BYTES) -> str:
+    """The summary of some output.
+
+    ANSI codes stripped; then the content from the last `[RESULT]` marker on
+    (the marker itself removed) if there is one; else the content after the
+    last line starting with `> ` (a prompt), if non-empty; else the tail (last
+    `max_lines` lines, at most `max_bytes` bytes).
+    """
+    text = clean(text)
+    lines = text.split("\n")
+    for i in range(len(lines) - 1, -1, -1):
+        m = _MARKER_RE.match(lines[i])
+        if m is not None and m.group(1) == "RESULT":
+            first = m.group(3).strip()
+            body = ([first] if first else []) + lines[i + 1 :]
+            return "\n".join(body).strip("\n").rstrip()
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("> "):
+            after = "\n".join(lines[i + 1 :]).strip("\n").rstrip()
+            if after.strip():
+                return after
+            break
+    return _tail(text, max_lines, max_bytes).strip("\n").rstrip()
+
+
+# --------------------------------------------------------------------------- files
+
+
+@dataclass(frozen=True)
+class Chunk:
+    data: bytes
+    offset: int  # where `data` starts in the file
+    next_offset: int  # offset to continue from
+    size: int  # file size seen
+    more: bool  # unread bytes remain after next_offset (max_bytes cut, partial line)
+
+    @property
+    def text(self) -> str:
+        return clean(decode(self.data))
+
+
+def read_new(
+    path: str, offset: int, max_bytes: int = 64 * 1024, *, complete_lines: bool = True
+) -> Chunk:
+    """Bytes of `path` after `offset`, at most `max_bytes`.
+
+    With `complete_lines`, a trailing partial line is left for next time
+    (unless it alone exceeds `max_bytes`). A missing file reads as empty.
+    """
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if offset > size:  # truncated or replaced: start over
+                offset = 0
+            f.seek(offset)
+            data = f.read(max(0, max_bytes))
+    except FileNotFoundError:
+        return Chunk(b"", offset, offset, 0, False)
+    end = offset + len(data)
+    if complete_lines and data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n")
+        if cut >= 0:
+            data = data[: cut + 1]
+        elif end < size:
+            pass  # one line longer than max_bytes: hand it out in pieces
+        else:
+            data = b""
+    nxt = offset + len(data)
+    return Chunk(data, offset, nxt, size, nxt < size)
+
+
+def tail_bytes(path: str, max_bytes: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - max_bytes))
+            return f.read(max_bytes)
+    except FileNotFoundError:
+        return b""
+
+
+def _read_range(path: str, start: int, max_bytes: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            return f.read(max_bytes)
+    except FileNotFoundError:
+        return b""
+
+
+FilterPattern = Union[str, Pattern[str]]
+
+
+def compile_filter(pattern: FilterPattern) -> Pattern[str]:
+    """Compile a filter regex; `/re/` slashes are accepted. Bad regex: ValueError."""
+    if not isinstance(pattern, str):
+        return pattern
+    if len(pattern) >= 2 and pattern.startswith("/") and pattern.endswith("/"):
+        pattern = pattern[1:-1]
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid filter regex {pattern!r}: {exc}") from None
+
+
+def filter_lines(text: str, pattern: FilterPattern) -> list[str]:
+    """Lines of `text` matching `pattern` (searched anywhere in the line).
+
+    Pure: it consumes nothing. The caller's "new since last read" offset is
+    advanced (or not) by the caller, independently of what the filter hides.
+    """
+    rx = compile_filter(pattern)
+    return [line for line in text.split("\n") if rx.search(line)]
+
+
+# --------------------------------------------------------------------------- follower
+
+
+def _line_start(buf: bytes, pos: int) -> int:
+    return max(buf.rfind(b"\n", 0, pos), buf.rfind(b"\r", 0, pos)) + 1
+
+
+def _line_end(buf: bytes, pos: int) -> int:
+    ends = [i for i in (buf.find(b"\n", pos), buf.find(b"\r", pos)) if i >= 0]
+    return min(ends) if ends else len(buf)
+
+
+def _only_blanks(prefix: bytes) -> bool:
+    return not _ANSI_B.sub(b"", prefix).strip(b" \t")
+
+
+class LogFollower:
+    """Incremental reader of one growing log file.
+
+    Each `poll()` reads only the bytes appended since the previous one. A
+    trailing partial line is kept in memory (at most `MAX_PARTIAL_LINE` bytes)
+    and completed by the next poll, so every byte is read from disk once
+    (`bytes_read` counts them). Lines end at LF; a CR also ends a line for
+    marker purposes (progress bars that redraw with CR work).
+
+    Safe to call from a worker thread; one poll at a time.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lines = 0  # complete LF-terminated lines consumed
+        self.bytes_read = 0  # bytes read from disk, ever
+        self.progress: Progress | None = None
+        self.result_offset: int | None = None  # file offset of the last [RESULT] line
+        self.prompt_end: int | None = None  # file offset just after the last "> " line
+        self._pos = 0  # file offset read up to
+        self._pending = b""  # partial last line (bytes before _pos)
+        self._at_line_start = True  # _pending (or next data) starts a line
+        self._lock = threading.Lock()
+
+    @property
+    def offset(self) -> int:
+        """Bytes consumed as complete lines (what counts and markers cover)."""
+        return self._pos - len(self._pending)
+
+    def poll(self, max_bytes: int | None = None) -> bool:
+        """Read new bytes (at most `max_bytes` this call); True if progress changed."""
+        with self._lock:
+            before = self.progress
+            try:
+                f = open(self.path, "rb")  # noqa: SIM115 (closed by the with below)
+            except FileNotFoundError:
+                return False
+            with f:
+                size = os.fstat(f.fileno()).st_size
+                if size < self._pos:  # truncated: start over
+                    self._reset()
+                f.seek(self._pos)
+                budget = size - self._pos if max_bytes is None else min(max_bytes, size - self._pos)
+                while budget > 0:
+                    data = f.read(min(READ_CHUNK, budget))
+                    if not data:
+                        break
+                    budget -= len(data)
+                    self.bytes_read += len(data)
+                    self._pos += len(data)
+                    self._feed(data)
+            return self.progress != before
+
+    def finish(self) -> None:
+        """The writer is done: account for a final line without newline."""
+        with self._lock:
+            if self._pending:
+                self._scan(self._pending, self._pos - len(self._pending))
+                self.lines += 1
+                self._pending = b""
+                self._at_line_start = True
+
+    def _reset(self) -> None:
+        self.lines = 0
+        self.progress = None
+        self.result_offset = self.prompt_end = None
+        self._pos = 0
+        self._pending = b""
+        self._at_line_start = True
+
+    def _feed(self, data: bytes) -> None:
+        buf = self._pending + data if self._pending else data
+        base = self._pos - len(buf)
+        cut = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
+        if cut < 0:
+            if len(buf) <= MAX_PARTIAL_LINE:
+                self._pending = buf
+                return
+            complete, rest = buf, b""  # give up on finding the end of this line
+        else:
+            complete, rest = buf[: cut + 1], buf[cut + 1 :]
+        self._scan(complete, base)
+        self.lines += complete.count(b"\n")
+        self._at_line_start = cut >= 0  # forced: the next bytes continue a line
+        self._pending = rest
+
+    def _scan(self, buf: bytes, base: int) -> None:
+        """Find the last progress marker, [RESULT] line and prompt line in `buf`."""
+        progress = self._last_marker(buf, b"[PROGRESS")
+        if progress is not None:
+            m = _MARKER_B.match(progress[1])
+            if m is not None:
+                pct = m.group(2)
+                self.progress = Progress(
+                    None if pct is None else max(0, min(100, int(pct))),
+                    decode(m.group(3)).strip(),
+                )
+        result = self._last_marker(buf, b"[RESULT]")
+        if result is not None:
+            self.result_offset = base + result[0]
+        prompt = self._last_prompt(buf)
+        if prompt is not None:
+            self.prompt_end = base + prompt
+
+    def _valid_start(self, buf: bytes, pos: int) -> int | None:
+        start = _line_start(buf, pos)
+        if start == 0 and not self._at_line_start:
+            return None
+        return start if _only_blanks(buf[start:pos]) else None
+
+    def _last_marker(self, buf: bytes, needle: bytes) -> tuple[int, bytes] | None:
+        end = len(buf)
+        while True:
+            pos = buf.rfind(needle, 0, end)
+            if pos < 0:
+                return None
+            start = self._valid_start(buf, pos)
+            if start is not None:
+                line = _ANSI_B.sub(b"", buf[start : _line_end(buf, pos)])
+                if _MARKER_B.match(line):
+                    return start, line
+            end = pos
+
+    def _last_prompt(self, buf: bytes) -> int | None:
+        end = len(buf)
+        while True:
+            pos = buf.rfind(b"> ", 0, end)
+            if pos < 0:
+                return None
+            start = _line_start(buf, pos)
+            ok = not (start == 0 and not self._at_line_start)
+            if ok and (start == pos or not _ANSI_B.sub(b"", buf[start:pos])):
+                stop = _line_end(buf, pos)
+                if buf[stop : stop + 2] == b"\r\n":
+                    return stop + 2
+                return min(stop + 1, len(buf))
+            end = start  # skip the rest of this line
+            if end <= 0:
+                return None
+
+
+def summarize_file(
+    path: str,
+    follower: LogFollower | None = None,
+    *,
+    max_bytes: int = 64 * 1024,
+    max_lines: int = SUMMARY_LINES,
+    tail_bytes_: int = SUMMARY_BYTES,
+) -> str:
+    """`summary_of()` for a log file, reading only a bounded region.
+
+    With a follower that has read the whole file, the region is the last
+    `[RESULT]` section (its first `max_bytes`) or what follows the last prompt
+    (its last `max_bytes`); otherwise the file's tail.
+    """
+    if follower is not None and follower.result_offset is not None:
+        text = decode(_read_range(path, follower.result_offset, max_bytes))
+        return summary_of(text, max_lines=max_lines, max_bytes=tail_bytes_)
+    if follower is not None and follower.prompt_end is not None:
+        size = _size(path)
+        start = max(follower.prompt_end, size - max_bytes)
+        text = decode(_read_range(path, start, max_bytes))
+        if clean(text).strip():
+            if start > follower.prompt_end:  # cut: drop the partial first line
+                text = text.split("\n", 1)[-1]
+            return clean(text).strip("\n").rstrip()
+    data = tail_bytes(path, max(tail_bytes_ * 2, 4096))
+    text = decode(data)
+    if len(data) < _size(path) and "\n" in text:  # cut: drop the partial first line
+        text = text.split("\n", 1)[1]
+    return summary_of(text, max_lines=max_lines, max_bytes=tail_bytes_)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

@@ -1,0 +1,517 @@
+"""Process side of tasks: spawning the supervisor, identity, reaping, killing.
+
+Every task runs as
+
+    /bin/sh -c WRAPPER sidekick-task COMMAND LOG_DIR
+
+in its own session (so its own process group, pgid == supervisor pid) with
+stdin from /dev/null. The wrapper (the task's *supervisor*) runs the command
+with `/bin/sh -c COMMAND`, the shell redirecting its stdout and stderr to
+`LOG_DIR/stdout` and `LOG_DIR/stderr` (created 0600 beforehand, so the shell
+only truncates them; the wrapper's own stderr, e.g. the shell's "Terminated"
+report, goes to /dev/null and never pollutes the task's log), and records
+the outcome in `LOG_DIR/exit` atomically (temp file + `mv`), so any later host
+can learn how the task ended without having been its parent. Output never
+passes through Python.
+
+The wrapper traps TERM/HUP/INT with a handler (not `trap ''`, which children
+would inherit as "ignored"): when the group gets SIGTERM the command dies (or
+not), the wrapper survives, waits for it, and still records the exit.
+
+Process identity is (pid, start token): on Linux the boot id plus field 22 of
+/proc/PID/stat (start time in clock ticks since boot); elsewhere the output of
+`ps -o lstart=`. A pid alone is never trusted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+WRAPPER = r"""trap 'sk_sig=15' TERM
+trap 'sk_sig=1' HUP
+trap 'sk_sig=2' INT
+/bin/sh -c "$1" </dev/null >"$2/stdout" 2>"$2/stderr"
+sk_rc=$?
+umask 077
+printf 'code=%s\nsignal=%s\nended=%s\n' "$sk_rc" "${sk_sig:-0}" "${EPOCHREALTIME:-}" \
+  >"$2/exit.tmp" && mv -f "$2/exit.tmp" "$2/exit"
+exit "$sk_rc"
+"""
+
+SUPERVISOR_NAME = "sidekick-task"
+CHILD_POLL_INTERVAL = 0.1  # waitpid timer when pidfd is unavailable
+FOREIGN_POLL_INTERVAL = 0.5  # liveness + exit file poll for tasks we did not spawn
+GROUP_POLL_INTERVAL = 0.05  # while waiting for a signalled group to disappear
+KILL_WAIT = 2.0  # after SIGKILL, how long to wait for the group to vanish
+
+_IS_LINUX = sys.platform.startswith("linux")
+_boot_id: str | None = None
+
+
+class SpawnError(Exception):
+    """The task could not be started; the message says why, for the user."""
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def _linux_boot_id() -> str:
+    global _boot_id
+    if _boot_id is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                _boot_id = f.read().strip()
+        except OSError:
+            _boot_id = "noboot"
+    return _boot_id
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields 3.. of /proc/PID/stat (index 0 is the state), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # comm (field 2) may contain spaces and parentheses: split after the last ')'.
+    close = data.rfind(b")")
+    if close < 0:
+        return None
+    return data[close + 2 :].decode("ascii", "replace").split()
+
+
+def start_token(pid: int) -> str | None:
+    """A token identifying the process `pid` for its whole life, or None if gone."""
+    if pid <= 0:
+        return None
+    if _IS_LINUX and os.path.isdir("/proc/self"):
+        fields = _proc_stat(pid)
+        if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
+            return None
+        return f"{_linux_boot_id()}:{fields[19]}"
+    try:
+        out = subprocess.run(
+            ["ps", "-o", "lstart=", "-p", str(pid)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = out.stdout.decode("utf-8", "replace").strip()
+    return f"lstart:{' '.join(text.split())}" if out.returncode == 0 and text else None
+
+
+def is_alive(pid: int | None, token: str | None) -> bool:
+    """True only if `pid` runs and is the very process `token` was taken from."""
+    if not pid or not token:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, someone else's: the token decides
+    return start_token(pid) == token
+
+
+def owner_token(pid: int) -> str:
+    """Owner string for the Neovim process `pid`: "<pid>:<start token>"."""
+    return f"{pid}:{start_token(pid) or 'unknown'}"
+
+
+def parse_owner(owner: str) -> tuple[int, str] | None:
+    pid, sep, token = (owner or "").partition(":")
+    if not sep or not pid.isdigit():
+        return None
+    return int(pid), token
+
+
+def owner_alive(owner: str) -> bool:
+    parsed = parse_owner(owner)
+    return parsed is not None and is_alive(parsed[0], parsed[1])
+
+
+# --------------------------------------------------------------------------- groups
+
+
+def _group_members_linux(pgid: int) -> list[int] | None:
+    """Live (non-zombie) pids whose process group is `pgid`; None if /proc is unusable."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    live = []
+    for name in names:
+        if not name.isdigit():
+            continue
+        fields = _proc_stat(int(name))
+        if fields is None or len(fields) < 3:
+            continue
+        if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            live.append(int(name))
+    return live
+
+
+def group_members(pgid: int) -> list[int] | None:
+    """Linux: live members of process group `pgid` (zombies excluded); elsewhere None."""
+    return _group_members_linux(pgid) if _IS_LINUX else None
+
+
+def group_alive(pgid: int) -> bool:
+    """Does any live (non-zombie) process remain in group `pgid`?"""
+    if not pgid or pgid <= 1:
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if _IS_LINUX:
+        # Zombies (not yet reaped by their parent, or orphans under an init
+        # that does not reap) still answer killpg(0); they are gone for us.
+        members = _group_members_linux(pgid)
+        if members is not None:
+            return bool(members)
+    return True
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to the group; False if the group no longer exists."""
+    if not pgid or pgid <= 1:
+        return False
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+
+
+async def terminate_group(pgid: int, grace: float) -> bool:
+    """SIGTERM the group; SIGKILL it if anything is left after `grace` seconds.
+
+    Returns True when SIGKILL was needed. Waits (without blocking the loop)
+    until the group is gone or `KILL_WAIT` seconds after SIGKILL.
+    """
+    loop = asyncio.get_running_loop()
+    if not signal_group(pgid, signal.SIGTERM):
+        return False
+    deadline = loop.time() + max(0.0, grace)
+    while loop.time() < deadline:
+        if not group_alive(pgid):
+            return False
+        await asyncio.sleep(GROUP_POLL_INTERVAL)
+    if not group_alive(pgid):
+        return False
+    signal_group(pgid, signal.SIGKILL)
+    deadline = loop.time() + KILL_WAIT
+    while group_alive(pgid) and loop.time() < deadline:
+        await asyncio.sleep(GROUP_POLL_INTERVAL)
+    return True
+
+
+def kill_groups_now(pgids: list[int], grace: float = 0.2) -> None:
+    """Synchronous last resort for exit paths without a running loop:
+    SIGTERM every group, sleep up to `grace`, SIGKILL whatever is left."""
+    live = [p for p in pgids if signal_group(p, signal.SIGTERM)]
+    deadline = time.monotonic() + grace
+    while live and time.monotonic() < deadline:
+        time.sleep(0.02)
+        live = [p for p in live if group_alive(p)]
+    for p in live:
+        signal_group(p, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- files
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    """What the supervisor wrote to LOG_DIR/exit."""
+
+    code: int  # the command's exit status (128+N when killed by signal N)
+    signal: int  # signal the supervisor itself received (0: none)
+    ended_at: float
+
+
+def read_exit(log_dir: str) -> ExitRecord | None:
+    path = os.path.join(log_dir, "exit")
+    try:
+        with open(path) as f:
+            st = os.fstat(f.fileno())
+            text = f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return None
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    try:
+        code = int(values["code"])
+    except (KeyError, ValueError):
+        return None
+    try:
+        sig = int(values.get("signal") or 0)
+    except ValueError:
+        sig = 0
+    try:
+        ended = float(values.get("ended", "").replace(",", "."))
+    except ValueError:
+        ended = st.st_mtime  # the wrapper's shell had no clock: the file's mtime is the end
+    return ExitRecord(code, sig, ended)
+
+
+def prepare_log_dir(log_dir: str) -> tuple[str, str]:
+    """Create LOG_DIR (0700) with empty stdout/stderr files (0600)."""
+    os.makedirs(log_dir, mode=0o700, exist_ok=True)
+    os.chmod(log_dir, 0o700)
+    paths = []
+    for name in ("stdout", "stderr"):
+        path = os.path.join(log_dir, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        os.fchmod(fd, 0o600)
+        os.close(fd)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a task process ended, as far as we can tell."""
+
+    code: int | None  # exit status; 128+N for signal N
+    signal: int | None  # signal that killed the supervisor itself (no exit file)
+    ended_at: float
+    recorded: bool  # True: from the supervisor's exit file
+
+
+class TaskProcess:
+    """A running task's supervisor, watched until it ends."""
+
+    def __init__(self, pid: int, token: str | None, log_dir: str) -> None:
+        self.pid = pid
+        self.pgid = pid  # session leader: its pid is the group id
+        self.start_token = token
+        self.log_dir = log_dir
+        self.exited = False
+        self._on_exit: Callable[[], None] | None = None
+
+    is_child = False
+
+    def alive(self) -> bool:
+        return not self.exited and is_alive(self.pid, self.start_token)
+
+    def watch(self, loop: asyncio.AbstractEventLoop, on_exit: Callable[[], None]) -> None:
+        raise NotImplementedError
+
+    def unwatch(self) -> None:
+        raise NotImplementedError
+
+    def outcome(self) -> Outcome:
+        raise NotImplementedError
+
+    def _fire(self) -> None:
+        self.exited = True
+        cb, self._on_exit = self._on_exit, None
+        if cb is not None:
+            cb()
+
+
+class ChildProcess(TaskProcess):
+    """A supervisor this host spawned (and must reap).
+
+    Reaping without a thread per child: a pidfd registered with the loop's
+    `add_reader` where available (Linux >= 5.3), else a `waitid(WNOHANG)`
+    timer every `CHILD_POLL_INTERVAL` seconds. When the supervisor exits its
+    group gets SIGTERM *before* the zombie is reaped (so the pgid cannot have
+    been reused), which ends stray background processes of the command.
+    """
+
+    is_child = True
+
+    def __init__(self, popen: subprocess.Popen, token: str | None, log_dir: str) -> None:
+        super().__init__(popen.pid, token, log_dir)
+        self.popen = popen
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pidfd: int | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.returncode: int | None = None
+        self.stragglers_signalled = False
+
+    def watch(self, loop: asyncio.AbstractEventLoop, on_exit: Callable[[], None]) -> None:
+        self._loop = loop
+        self._on_exit = on_exit
+        pidfd_open = getattr(os, "pidfd_open", None)
+        if pidfd_open is not None:
+            try:
+                fd = pidfd_open(self.pid)
+            except OSError:
+                fd = None
+            if fd is not None:
+                try:
+                    loop.add_reader(fd, self._on_pidfd)
+                    self._pidfd = fd
+                    return
+                except (NotImplementedError, RuntimeError, OSError, ValueError):
+                    os.close(fd)
+        self._timer = loop.call_later(CHILD_POLL_INTERVAL, self._on_timer)
+
+    def unwatch(self) -> None:
+        if self._pidfd is not None and self._loop is not None:
+            try:
+                self._loop.remove_reader(self._pidfd)
+            except (RuntimeError, ValueError, OSError):
+                pass
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._on_exit = None
+
+    def _on_pidfd(self) -> None:
+        cb = self._on_exit
+        self.unwatch()
+        self._on_exit = cb
+        self._reap()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            info = True  # already reaped elsewhere; let Popen sort it out
+        except (AttributeError, OSError):
+            info = True if self.popen.poll() is not None else None
+        if info is None:
+            assert self._loop is not None
+            self._timer = self._loop.call_later(CHILD_POLL_INTERVAL, self._on_timer)
+            return
+        self._reap()
+
+    def _reap(self) -> None:
+        # The supervisor is a zombie now: its pid (== pgid) cannot be reused
+        # until we reap it, so signalling the group cannot hit a stranger.
+        if self.popen.returncode is None:
+            self.stragglers_signalled = signal_group(self.pgid, signal.SIGTERM)
+        rc = self.popen.poll()
+        if rc is None:  # pragma: no cover - pidfd/waitid said it exited
+            assert self._loop is not None
+            self._timer = self._loop.call_later(CHILD_POLL_INTERVAL, self._on_timer)
+            return
+        self.returncode = rc
+        self._fire()
+
+    def outcome(self) -> Outcome:
+        rec = read_exit(self.log_dir)
+        if rec is not None:
+            # We saw the exit as it happened: our clock beats the file's coarse mtime.
+            return Outcome(rec.code, None, time.time(), True)
+        rc = self.returncode
+        if rc is None:
+            return Outcome(None, None, time.time(), False)
+        if rc < 0:
+            return Outcome(128 - rc, -rc, time.time(), False)
+        return Outcome(rc, None, time.time(), False)
+
+
+class ForeignProcess(TaskProcess):
+    """A supervisor started by an earlier host: not our child, so it is polled
+    (exit file, then pid + start token) every `FOREIGN_POLL_INTERVAL` seconds."""
+
+    def __init__(self, pid: int, token: str | None, log_dir: str) -> None:
+        super().__init__(pid, token, log_dir)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def watch(self, loop: asyncio.AbstractEventLoop, on_exit: Callable[[], None]) -> None:
+        self._loop = loop
+        self._on_exit = on_exit
+        self._timer = loop.call_later(0, self._check)
+
+    def unwatch(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._on_exit = None
+
+    def _check(self) -> None:
+        self._timer = None
+        if os.path.exists(os.path.join(self.log_dir, "exit")) or not is_alive(
+            self.pid, self.start_token
+        ):
+            self._fire()
+            return
+        assert self._loop is not None
+        self._timer = self._loop.call_later(FOREIGN_POLL_INTERVAL, self._check)
+
+    def outcome(self) -> Outcome:
+        rec = read_exit(self.log_dir)
+        if rec is not None:
+            return Outcome(rec.code, None, rec.ended_at, True)
+        return Outcome(None, None, time.time(), False)
+
+
+def spawn(
+    command: str,
+    log_dir: str,
+    *,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+) -> ChildProcess:
+    """Start `command` under the supervisor wrapper; raise SpawnError with a
+    message for the user when that is impossible (bad cwd, bad env, no shell)."""
+    log_dir = os.path.abspath(log_dir)
+    if cwd:
+        cwd = os.path.abspath(os.path.expanduser(cwd))
+        if not os.path.exists(cwd):
+            raise SpawnError(f"working directory {cwd} does not exist")
+        if not os.path.isdir(cwd):
+            raise SpawnError(f"working directory {cwd} is not a directory")
+        if not os.access(cwd, os.X_OK):
+            raise SpawnError(f"working directory {cwd} is not accessible (permission denied)")
+    full_env = dict(os.environ)
+    for key, value in (env or {}).items():
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise SpawnError(f"invalid environment variable name {key!r}")
+        full_env[key] = "" if value is None else str(value)
+    try:
+        prepare_log_dir(log_dir)
+    except OSError as exc:
+        raise SpawnError(f"cannot create the task's log directory {log_dir}: {exc}") from exc
+    try:
+        popen = subprocess.Popen(
+            ["/bin/sh", "-c", WRAPPER, SUPERVISOR_NAME, command, log_dir],
+            cwd=cwd or None,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOENT, errno.ENOTDIR) and cwd:
+            reason = f"{reason} (working directory {cwd})"
+        raise SpawnError(f"cannot start the task: {reason}") from exc
+    return ChildProcess(popen, start_token(popen.pid), log_dir)

@@ -1,0 +1,131 @@
+"""A real headless Neovim with the plugin loaded, driven over RPC."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pynvim
+import pytest
+
+from tests.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def nvim_binary() -> str:
+    venv_nvim = Path(sys.executable).parent / "nvim"
+    if venv_nvim.exists():
+        return str(venv_nvim)
+    found = shutil.which("nvim")
+    if not found:
+        pytest.skip("no nvim binary")
+    return found
+
+
+class Editor:
+    """A headless Neovim plus helpers to read back what a user would see."""
+
+    def __init__(self, nvim: Any, workdir: Path, state_dir: Path) -> None:
+        self.nvim = nvim
+        self.workdir = workdir
+        self.state_dir = state_dir
+
+    def lua(self, code: str, *args: Any) -> Any:
+        return self.nvim.exec_lua(code, *args)
+
+    def setup(self, **opts: Any) -> None:
+        opts.setdefault("python", sys.executable)
+        opts.setdefault("state_dir", str(self.state_dir))
+        self.lua("require('sidekick_tools').setup(...)", opts)
+
+    def open_chat(self, text: str, name: str = "chat.sidekick.md") -> int:
+        path = self.workdir / name
+        path.write_text(text)
+        self.nvim.command(f"edit {path}")
+        return self.nvim.current.buffer.number
+
+    def lines(self, buf: int = 0) -> list[str]:
+        return self.lua("return vim.api.nvim_buf_get_lines(...)", buf, 0, -1, False)
+
+    def text(self, buf: int = 0) -> str:
+        return "\n".join(self.lines(buf))
+
+    def diagnostics(self, buf: int = 0) -> list[dict[str, Any]]:
+        return self.lua(
+            "local ns = vim.api.nvim_create_namespace('sidekick_tools')\n"
+            "return vim.diagnostic.get(..., { namespace = ns })",
+            buf,
+        )
+
+    def diag_at(self, row: int, buf: int = 0) -> dict[str, Any] | None:
+        for d in self.diagnostics(buf):
+            if d["lnum"] == row:
+                return d
+        return None
+
+    def wait_diag(self, row: int, prefix: str, buf: int = 0, timeout: float = 20) -> dict:
+        def check() -> Any:
+            d = self.diag_at(row, buf)
+            return d if d and d["message"].startswith(prefix) else None
+
+        try:
+            return wait_for(check, timeout)
+        except AssertionError:
+            raise AssertionError(
+                f"no diagnostic {prefix!r} at row {row}; have {self.diagnostics(buf)}"
+            ) from None
+
+    def wait_text(self, needle: str, buf: int = 0, timeout: float = 20) -> str:
+        try:
+            return wait_for(lambda: needle in self.text(buf) and self.text(buf), timeout)
+        except AssertionError:
+            raise AssertionError(f"{needle!r} never appeared in:\n{self.text(buf)}") from None
+
+    def run_tool(self, lnum: int) -> Any:
+        self.nvim.command(f"call cursor({lnum}, 1)")
+        return self.lua("return require('sidekick_tools').run_tool()")
+
+    def messages(self) -> str:
+        return self.nvim.exec("messages", True) if hasattr(self.nvim, "exec") else ""
+
+    def notifications(self) -> list[str]:
+        return self.lua("return _G.__notes or {}")
+
+
+@pytest.fixture
+def editor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    state_dir = tmp_path / "state"
+    for var, sub in (("XDG_STATE_HOME", "xstate"), ("XDG_DATA_HOME", "xdata")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xconfig"))
+    monkeypatch.setenv("SIDEKICK_ROOT", str(ROOT))
+    monkeypatch.chdir(workdir)
+    argv = [
+        nvim_binary(),
+        "--embed",
+        "--headless",
+        "--clean",
+        "-n",
+        "-u",
+        str(ROOT / "tests" / "integration" / "init.lua"),
+    ]
+    nvim = pynvim.attach("child", argv=argv)
+    ed = Editor(nvim, workdir, state_dir)
+    # record vim.notify calls so tests can assert on what the user was told
+    ed.lua("_G.__notes = {}\nvim.notify = function(msg, level) table.insert(_G.__notes, msg) end")
+    try:
+        yield ed
+    finally:
+        try:
+            nvim.command("qall!")
+        except Exception:
+            pass
+        try:
+            nvim.close()
+        except Exception:
+            pass

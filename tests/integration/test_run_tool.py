@@ -1,0 +1,171 @@
+""":SidekickRunTool end to end in a real headless Neovim."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def call_block(tool: str, params: dict, call_id: str | None = "call_01") -> str:
+    info = f"tool {tool}" + (f" id={call_id}" if call_id else "")
+    return f"```{info}\n{json.dumps(params)}\n```\n"
+
+
+def chat(*blocks: str, intro: str = "ASSISTANT: Let me look.\n\n") -> str:
+    return "USER: please help\n\n" + intro + "\n".join(blocks)
+
+
+def test_run_command_writes_result_and_diagnostic(editor):
+    editor.setup()
+    buf = editor.open_chat(chat(call_block("run_terminal_command", {"command": "echo hello"})))
+    header = editor.lines().index("```tool run_terminal_command id=call_01")
+    info = editor.run_tool(header + 1)
+    assert info["id"] == "call_01"
+    text = editor.wait_text("```result id=call_01 status=completed exit=0")
+    lines = text.split("\n")
+    res = lines.index(next(line for line in lines if line.startswith("```result id=call_01")))
+    assert lines[res + 1] == "hello"
+    assert lines[res + 2] == "```"
+    assert res == header + 3  # right after the call block
+    d = editor.wait_diag(header, "✓ run_terminal_command")
+    assert d["severity"] == 3  # INFO
+    # the last pending call resolved: an empty USER: line was appended
+    assert editor.lines(buf)[-1] == "USER: "
+
+
+def test_failed_command_shows_exit_code(editor):
+    editor.setup()
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": "echo oops >&2; exit 3"})))
+    header = 4
+    editor.run_tool(header + 1)
+    text = editor.wait_text("status=failed exit=3")
+    assert "oops" in text
+    d = editor.wait_diag(header, "✗ run_terminal_command: exit 3")
+    assert d["severity"] == 1  # ERROR
+
+
+def test_running_diagnostic_while_the_command_runs(editor):
+    editor.setup()
+    marker = editor.workdir / "release"
+    cmd = f"while [ ! -e {marker} ]; do sleep 0.05; done; echo released"
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": cmd})))
+    editor.run_tool(5)
+    d = editor.wait_diag(4, "⟳ run_terminal_command (running")
+    assert d["severity"] == 4  # HINT
+    # the editor stays responsive while the task runs: edit the buffer meanwhile
+    editor.lua("vim.api.nvim_buf_set_lines(0, 0, 0, false, {'SYSTEM: be brief', ''})")
+    marker.write_text("")
+    text = editor.wait_text("```result id=call_01 status=completed exit=0")
+    assert "\nreleased\n" in text
+    # the mark followed the call down two lines
+    editor.wait_diag(6, "✓ run_terminal_command")
+
+
+def test_hand_written_call_gets_an_id(editor):
+    editor.setup()
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": "echo x"}, None)))
+    info = editor.run_tool(5)
+    assert re.fullmatch(r"call_[0-9a-f]{6}", info["id"])
+    text = editor.wait_text(f"```result id={info['id']} status=completed")
+    assert f"```tool run_terminal_command id={info['id']}" in text
+
+
+def test_no_call_under_cursor_is_an_error_and_nothing_else(editor):
+    editor.setup()
+    original = chat(call_block("run_terminal_command", {"command": "echo x"}))
+    editor.open_chat(original)
+    result = editor.run_tool(1)
+    assert result is None
+    notes = editor.notifications()
+    assert any("no tool call at line 1" in n for n in notes), notes
+    assert editor.text() + "\n" == original or editor.text() == original.rstrip("\n")
+
+
+def test_chain_runs_auto_acceptable_calls_and_stops_at_the_first_that_is_not(editor):
+    editor.setup()
+    (editor.workdir / "notes.txt").write_text("remember the milk\n")
+    text = chat(
+        call_block("run_terminal_command", {"command": "echo first"}, "c1"),
+        call_block("read_files", {"paths": ["notes.txt"]}, "c2"),
+        call_block("run_terminal_command", {"command": "ls"}, "c3"),
+        call_block("write_file", {"path": "out.txt", "content": "x"}, "c4"),
+        call_block("run_terminal_command", {"command": "echo never"}, "c5"),
+    )
+    editor.open_chat(text)
+    editor.run_tool(5)
+    out = editor.wait_text("```result id=c3 status=completed")
+    assert "```result id=c1 status=completed" in out
+    assert "remember the milk" in out
+    # write_file is not auto-acceptable: the chain stops there and nothing later runs
+    wait_for(lambda: editor.diag_at(editor.lines().index("```tool write_file id=c4")))
+    d = editor.diag_at(editor.lines().index("```tool write_file id=c4"))
+    assert d["message"].startswith("▶ write_file")
+    assert "id=c4 status" not in editor.text()
+    assert "id=c5 status" not in editor.text()
+    assert not (editor.workdir / "out.txt").exists()
+    assert not editor.lines()[-1].startswith("USER:")
+
+
+def test_run_tools_runs_every_pending_call_of_the_last_message(editor):
+    editor.setup()
+    text = chat(
+        call_block("write_file", {"path": "a.txt", "content": "A"}, "w1"),
+        call_block("run_terminal_command", {"command": "cat a.txt"}, "r1"),
+    )
+    editor.open_chat(text)
+    editor.nvim.command("SidekickRunTools")
+    out = editor.wait_text("```result id=r1 status=completed exit=0")
+    assert "```result id=w1 status=completed" in out
+    assert (editor.workdir / "a.txt").read_text() == "A"
+    lines = out.split("\n")
+    header = next(i for i, line in enumerate(lines) if line.startswith("```result id=r1"))
+    assert lines[header + 1] == "A"
+
+
+def test_policy_function_can_deny(editor):
+    editor.lua(
+        "require('sidekick_tools').setup({ python = ..., state_dir = select(2, ...),"
+        " auto_accept = { policy = function(tool, params)"
+        " if params.command and params.command:find('rm ') then return 'deny' end end } })",
+        __import__("sys").executable,
+        str(editor.state_dir),
+    )
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": "rm -rf nothing"})))
+    editor.run_tool(5)
+    editor.wait_text("```result id=call_01 status=denied")
+    editor.wait_diag(4, "⊘ run_terminal_command")
+
+
+def test_deleting_a_running_block_writes_nothing_back(editor):
+    editor.setup()
+    marker = editor.workdir / "go"
+    cmd = f"while [ ! -e {marker} ]; do sleep 0.05; done; echo done-it"
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": cmd})))
+    editor.run_tool(5)
+    editor.wait_diag(4, "⟳")
+    before = editor.lines()
+    editor.lua("vim.api.nvim_buf_set_lines(0, 4, 7, false, {})")  # delete the call block
+    after_delete = editor.lines()
+    assert len(after_delete) == len(before) - 3
+    marker.write_text("")
+    # the task ends; the host drops the call (its mark is gone) and writes nothing
+    wait_for(
+        lambda: editor.lua("return require('sidekick_tools').list_tasks()[1].status") == "completed"
+    )
+    wait_for(
+        lambda: (
+            editor.lua(
+                "local b = require('sidekick_tools.bridge')\n"
+                "return vim.tbl_count(b.tracked[vim.api.nvim_get_current_buf()] or {})"
+            )
+            == 0
+        )
+    )
+    assert editor.lines() == after_delete
+    assert "done-it" not in editor.text()

@@ -1,0 +1,463 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from sidekick_tools.tasks import runner
+from sidekick_tools.tasks.manager import TaskEvent, TaskManager, TaskNotFound, TaskSpec
+from sidekick_tools.tasks.model import Reason, Task, TaskStatus
+from sidekick_tools.tasks.store import MemoryStore, SqliteStore, TaskStore
+
+S = TaskStatus
+LINUX = sys.platform.startswith("linux")
+ME = runner.owner_token(os.getpid())  # a live owner: this test process
+
+
+async def until(pred, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        await asyncio.sleep(0.01)
+
+
+def read(path: str | None) -> str:
+    try:
+        with open(path or "") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def live_members(pgid: int) -> list[int]:
+    members = runner.group_members(pgid)
+    if members is None:
+        return [pgid] if runner.group_alive(pgid) else []
+    return members
+
+
+def assert_reaped(pid: int) -> None:
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def reap_detached(manager: TaskManager) -> None:
+    """A "killed" host's children are still this test process's children: reap them."""
+    for proc in manager._detached:  # noqa: SLF001
+        proc.popen.wait(timeout=10)
+
+
+def make_manager(store: TaskStore, state_dir: str, owner: str = ME, **kw) -> TaskManager:
+    kw.setdefault("halt_grace", 0.5)
+    kw.setdefault("poll_interval", 0.05)
+    return TaskManager(store, state_dir, owner, **kw)
+
+
+@pytest.fixture
+def tasks_state(tmp_path) -> str:
+    return str(tmp_path / "state")
+
+
+@pytest.fixture
+async def tasks_manager(tasks_state):
+    store = SqliteStore(os.path.join(tasks_state, "tasks.db"))
+    manager = make_manager(store, tasks_state)
+    await manager.recover()
+    yield manager
+    await manager.shutdown(kill=True)
+    store.close()
+
+
+def spec(command: str, cwd: str | None = None, **kw) -> TaskSpec:
+    return TaskSpec(tool="run_terminal_command", command=command, cwd=cwd, **kw)
+
+
+# --------------------------------------------------------------------------- basics
+
+
+async def test_exit_codes_output_files_and_no_zombies(tasks_manager: TaskManager, tmp_path):
+    ok = await tasks_manager.submit(spec("echo hello; echo warn >&2", cwd=str(tmp_path)))
+    bad = await tasks_manager.submit(spec("echo partial; exit 3", cwd=str(tmp_path)))
+    assert ok.status is S.RUNNING and ok.pid and ok.pid_start and ok.started_at
+    ok = await tasks_manager.wait(ok.id, 10)
+    bad = await tasks_manager.wait(bad.id, 10)
+    assert ok.status is S.COMPLETED and ok.exit_code == 0 and ok.reason == Reason.EXIT
+    assert ok.summary == "hello" and ok.lines == 1
+    assert ok.ended_at >= ok.started_at
+    assert bad.status is S.FAILED and bad.exit_code == 3 and bad.reason == Reason.EXIT
+    assert bad.error == "exit 3" and bad.summary == "partial"
+    assert read(ok.log_path) == "hello\n"
+    assert read(ok.stderr_path) == "warn\n"
+    assert ok.log_path == os.path.join(tasks_manager.tasks_dir, ok.id, "stdout")
+    assert ok.to_dict()["log_path"] == ok.log_path
+    for t in (ok, bad):
+        assert_reaped(t.pid)
+    stored = tasks_manager.store.get(bad.id)
+    assert stored.status is S.FAILED and stored.exit_code == 3
+
+
+async def test_env_cwd_and_task_id(tasks_manager: TaskManager, tmp_path):
+    t = await tasks_manager.submit(
+        spec('echo "$PWD $GREETING $SIDEKICK_TASK_ID"', cwd=str(tmp_path), env={"GREETING": "hi"})
+    )
+    t = await tasks_manager.wait(t.id, 10)
+    assert t.summary == f"{tmp_path} hi {t.id}"
+
+
+async def test_spawn_error(tasks_manager: TaskManager, tmp_path):
+    t = await tasks_manager.submit(spec("true", cwd=str(tmp_path / "missing")))
+    assert t.status is S.FAILED and t.reason == Reason.SPAWN_ERROR
+    assert "does not exist" in t.error
+    assert (await tasks_manager.wait(t.id, 1)).status is S.FAILED
+
+
+async def test_wait_timeout_returns_running_task(tasks_manager: TaskManager, tmp_path):
+    t = await tasks_manager.submit(
+        spec("while [ ! -f go ]; do sleep 0.02; done", cwd=str(tmp_path))
+    )
+    still = await tasks_manager.wait(t.id, 0.05)
+    assert still.status is S.RUNNING
+    (tmp_path / "go").write_text("")
+    done = await tasks_manager.wait(t.id, 10)
+    assert done.status is S.COMPLETED
+    with pytest.raises(TaskNotFound):
+        await tasks_manager.wait("000000", 1)
+    assert tasks_manager.get("000000") is None
+
+
+async def test_progress_events(tasks_manager: TaskManager, tmp_path):
+    events: list[TaskEvent] = []
+    tasks_manager.subscribe(events.append)
+    cmd = (
+        'echo "[PROGRESS:50] half way"; while [ ! -f go ]; do sleep 0.02; done; echo "[RESULT] ok"'
+    )
+    t = await tasks_manager.submit(spec(cmd, cwd=str(tmp_path)))
+    await until(lambda: any(e.kind == "progress" for e in events))
+    prog = [e for e in events if e.kind == "progress"][0]
+    assert prog.task.progress == 50 and prog.task.progress_text == "half way"
+    assert tasks_manager.get(t.id).progress == 50
+    (tmp_path / "go").write_text("")
+    done = await tasks_manager.wait(t.id, 10)
+    assert done.summary == "ok" and done.progress == 50
+    kinds = [e.kind for e in events if e.task.id == t.id]
+    assert kinds[0] == "started" and kinds[-1] == "finished"
+    assert kinds.count("progress") == 1
+
+
+# --------------------------------------------------------------------------- halt / timeout
+
+
+async def test_halt_kills_whole_group_even_if_it_ignores_sigterm(tasks_manager, tmp_path):
+    cmd = "trap '' TERM; sleep 1000 & sleep 1000 & echo ready; wait"
+    t = await tasks_manager.submit(spec(cmd, cwd=str(tmp_path)))
+    await until(lambda: "ready" in read(t.log_path))
+    pgid = t.pid
+    assert os.getpgid(pgid) == pgid
+    if LINUX:
+        assert len(live_members(pgid)) >= 4
+    halted = await tasks_manager.halt(t.id)
+    assert halted.status is S.CANCELLED and halted.reason == Reason.CANCELLED
+    assert halted.exit_code == 137  # needed SIGKILL
+    assert live_members(pgid) == []
+    assert_reaped(pgid)
+    assert read(halted.log_path) == "ready\n"  # partial output survives
+    assert (await tasks_manager.halt(t.id)).status is S.CANCELLED  # idempotent
+
+
+async def test_timeout_fails_with_reason_timeout(tasks_manager, tmp_path):
+    t = await tasks_manager.submit(spec("echo partial; sleep 100", cwd=str(tmp_path), timeout=0.5))
+    assert t.timeout == 0.5
+    t = await tasks_manager.wait(t.id, 10)
+    assert t.status is S.FAILED and t.reason == Reason.TIMEOUT
+    assert "timed out" in t.error
+    assert read(t.log_path) == "partial\n"
+    assert t.summary.startswith("partial")
+    assert live_members(t.pid) == []
+    assert_reaped(t.pid)
+
+
+async def test_default_timeout_and_no_timeout(tasks_state, tmp_path):
+    m = make_manager(MemoryStore(), tasks_state, default_timeout=0.3)
+    try:
+        t = await m.submit(spec("sleep 100", cwd=str(tmp_path)))
+        u = await m.submit(spec("true", cwd=str(tmp_path), timeout=0))
+        assert u.timeout is None
+        t = await m.wait(t.id, 10)
+        assert t.status is S.FAILED and t.reason == Reason.TIMEOUT
+    finally:
+        await m.shutdown(kill=True)
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+async def test_max_concurrent_queue(tasks_state, tmp_path):
+    m = make_manager(
+        SqliteStore(os.path.join(tasks_state, "tasks.db")), tasks_state, max_concurrent=5
+    )
+    running: set[str] = set()
+    peak = 0
+    kinds: list[str] = []
+
+    def on_event(e: TaskEvent) -> None:
+        nonlocal peak
+        kinds.append(e.kind)
+        if e.kind == "started":
+            running.add(e.task.id)
+            peak = max(peak, len(running))
+        elif e.kind == "finished":
+            running.discard(e.task.id)
+
+    m.subscribe(on_event)
+    try:
+        (tmp_path / "gate").unlink(missing_ok=True)
+        cmd = "while [ ! -f gate ]; do sleep 0.02; done; sleep 0.05"
+        tasks = [await m.submit(spec(cmd, cwd=str(tmp_path))) for _ in range(20)]
+        assert [t.status for t in tasks[:5]] == [S.RUNNING] * 5
+        assert all(t.status is S.QUEUED for t in tasks[5:])
+        assert m.queue_position(tasks[5].id) == 0
+        assert m.queue_position(tasks[19].id) == 14
+        assert m.queue_position(tasks[0].id) is None
+        assert m.count(S.QUEUED) == 15
+        (tmp_path / "gate").write_text("")
+        done = await asyncio.wait_for(asyncio.gather(*(m.wait(t.id, None) for t in tasks)), 30)
+        assert all(t.status is S.COMPLETED for t in done)
+        assert peak == 5
+        assert kinds.count("queued") == 15 and kinds.count("started") == 20
+    finally:
+        await m.shutdown(kill=True)
+        m.store.close()
+
+
+async def test_halt_queued_task(tasks_state, tmp_path):
+    m = make_manager(MemoryStore(), tasks_state, max_concurrent=1)
+    try:
+        a = await m.submit(spec("while [ ! -f go ]; do sleep 0.02; done", cwd=str(tmp_path)))
+        b = await m.submit(spec("echo never > ran", cwd=str(tmp_path)))
+        c = await m.submit(spec("true", cwd=str(tmp_path)))
+        assert b.status is S.QUEUED and m.queue_position(c.id) == 1
+        b = await m.halt(b.id)
+        assert b.status is S.CANCELLED and b.pid is None
+        assert m.queue_position(c.id) == 0
+        (tmp_path / "go").write_text("")
+        assert (await m.wait(c.id, 10)).status is S.COMPLETED
+        assert (await m.wait(a.id, 10)).status is S.COMPLETED
+        assert not (tmp_path / "ran").exists()
+    finally:
+        await m.shutdown(kill=True)
+
+
+async def test_shutdown_kill_halts_running_and_cancels_queued(tasks_state, tmp_path):
+    m = make_manager(MemoryStore(), tasks_state, max_concurrent=1, halt_grace=5)
+    a = await m.submit(spec("trap '' TERM; echo ready; sleep 1000", cwd=str(tmp_path)))
+    b = await m.submit(spec("true", cwd=str(tmp_path)))
+    await until(lambda: "ready" in read(a.log_path))
+    await asyncio.wait_for(m.shutdown(kill=True), 5)  # exit_grace, not halt_grace
+    assert live_members(a.pid) == []
+    assert m.get(a.id).status is S.CANCELLED
+    assert m.get(b.id).status is S.CANCELLED
+    with pytest.raises(RuntimeError):
+        await m.submit(spec("true"))
+
+
+# --------------------------------------------------------------------------- output
+
+
+async def test_read_output_per_chat_and_filter(tasks_manager, tmp_path):
+    cmd = (
+        "printf 'a1\\nb1\\na2\\n'; while [ ! -f go ]; do sleep 0.02; done; "
+        "printf 'b2\\na3\\n'; echo '[PROGRESS:80] late'"
+    )
+    t = await tasks_manager.submit(spec(cmd, cwd=str(tmp_path)))
+    await until(lambda: read(t.log_path) == "a1\nb1\na2\n")
+    r = await tasks_manager.read_output(t.id, "chat1", filter="^a")
+    assert r.filtered and r.matches == ["a1", "a2"] and r.next_offset == 0
+    r = await tasks_manager.read_output(t.id, "chat1", filter="/^a/")
+    assert r.matches == ["a1", "a2"]  # the filter consumed nothing
+    r = await tasks_manager.read_output(t.id, "chat1")
+    assert r.text == "a1\nb1\na2\n" and r.next_offset == 9 and r.status == "running"
+    r = await tasks_manager.read_output(t.id, "chat1")
+    assert r.text == "" and r.offset == 9
+    r = await tasks_manager.read_output(t.id, "chat2")  # another chat: its own offset
+    assert r.text == "a1\nb1\na2\n"
+    r = await tasks_manager.read_output(t.id, "chat1", filter="^a")
+    assert r.matches == []
+    (tmp_path / "go").write_text("")
+    await tasks_manager.wait(t.id, 10)
+    assert not tasks_manager.get(t.id).result_read
+    r = await tasks_manager.read_output(t.id, "chat1", filter="^a")
+    assert r.matches == ["a3"] and r.progress == 80
+    r = await tasks_manager.read_output(t.id, "chat1", max_bytes=3)
+    assert r.text == "b2\n" and r.more
+    r = await tasks_manager.read_output(t.id, "chat1")
+    assert r.text == "a3\n[PROGRESS:80] late\n" and not r.more and r.status == "completed"
+    assert tasks_manager.get(t.id).result_read
+    with pytest.raises(ValueError):
+        await tasks_manager.read_output(t.id, "chat1", filter="(")
+    with pytest.raises(TaskNotFound):
+        await tasks_manager.read_output("000000", "chat1")
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+async def test_restart_recovery(tasks_state, tmp_path):
+    db = os.path.join(tasks_state, "tasks.db")
+    owner = "999999999:gone"  # the same Neovim as far as A and B are concerned
+    store_a = SqliteStore(db)
+    a = make_manager(store_a, tasks_state, owner=owner)
+    await a.recover()
+    seven = await a.submit(spec("echo seven; exit 7", cwd=str(tmp_path)))
+    zero = await a.submit(spec("echo fine", cwd=str(tmp_path)))
+    cmd = "echo waiting; while [ ! -f go ]; do sleep 0.02; done; echo '[RESULT] resumed'; exit 5"
+    slow = await a.submit(spec(cmd, cwd=str(tmp_path), timeout=60))
+    queued = store_a.insert(Task(tool="x", command="true", owner=owner, created_at=time.time()))
+    # Host "killed": A stops watching anything, no status gets written.
+    await a.shutdown(kill=False)
+    store_a.close()
+    await until(lambda: runner.read_exit(seven.log_dir) and runner.read_exit(zero.log_dir))
+    await until(lambda: "waiting" in read(slow.log_path))
+
+    store_b = SqliteStore(db)
+    assert store_b.get(seven.id).status is S.RUNNING  # nobody recorded the end
+    b = make_manager(store_b, tasks_state, owner=owner)
+    events: list[TaskEvent] = []
+    b.subscribe(events.append)
+    await b.recover()
+    try:
+        got = store_b.get(seven.id)
+        assert got.status is S.FAILED and got.exit_code == 7 and got.reason == Reason.EXIT
+        assert got.summary == "seven"
+        got = store_b.get(zero.id)
+        assert got.status is S.COMPLETED and got.exit_code == 0
+        got = store_b.get(queued.id)
+        assert got.status is S.FAILED and got.reason == Reason.HOST_RESTARTED
+        assert store_b.get(slow.id).status is S.RUNNING
+        assert b.running_count == 1  # reattached
+        (tmp_path / "go").write_text("")
+        got = await b.wait(slow.id, 10)
+        assert got.status is S.FAILED and got.exit_code == 5 and got.summary == "resumed"
+        assert {e.task.id for e in events if e.kind == "finished"} == {
+            seven.id,
+            zero.id,
+            queued.id,
+            slow.id,
+        }
+    finally:
+        await b.shutdown(kill=True)
+        store_b.close()
+        reap_detached(a)
+
+
+async def test_recovery_never_trusts_a_bare_pid(tasks_state, tmp_path):
+    store = SqliteStore(os.path.join(tasks_state, "tasks.db"))
+    stranger = subprocess.Popen(["sleep", "1000"])
+    try:
+        real = runner.start_token(stranger.pid)
+        reused = store.insert(
+            Task(
+                tool="x",
+                command="sleep 1000",
+                status=S.RUNNING,
+                owner="1:dead-owner",
+                pid=stranger.pid,
+                pid_start=real + "-but-not-this-one",
+                created_at=time.time(),
+                started_at=time.time(),
+                log_dir=str(tmp_path / "nolog"),
+            )
+        )
+        foreign = store.insert(
+            Task(
+                tool="x",
+                command="elsewhere",
+                status=S.RUNNING,
+                owner=ME,  # a live Neovim (this process): not ours to touch
+                pid=stranger.pid,
+                pid_start="whatever",
+                created_at=time.time(),
+                started_at=time.time(),
+            )
+        )
+        foreign_queued = store.insert(
+            Task(tool="x", command="later", owner=ME, created_at=time.time())
+        )
+        m = make_manager(store, tasks_state, owner="2:another-dead-one")
+        await m.recover()
+        got = store.get(reused.id)
+        assert got.status is S.FAILED and got.reason == Reason.HOST_RESTARTED
+        assert got.exit_code is None
+        assert stranger.poll() is None  # the unrelated process was left alone
+        assert store.get(foreign.id).status is S.RUNNING
+        assert store.get(foreign.id).owner == ME
+        assert store.get(foreign_queued.id).status is S.QUEUED
+        assert m.running_count == 0
+        await m.shutdown(kill=True)
+    finally:
+        stranger.kill()
+        stranger.wait()
+        store.close()
+
+
+async def test_halt_from_another_instance(tasks_state, tmp_path):
+    db = os.path.join(tasks_state, "tasks.db")
+    store_a, store_b = SqliteStore(db), SqliteStore(db)
+    a = make_manager(store_a, tasks_state, owner="100:a")
+    b = make_manager(store_b, tasks_state, owner="200:b")
+    try:
+        t = await a.submit(spec("echo ready; sleep 1000", cwd=str(tmp_path)))
+        await until(lambda: "ready" in read(t.log_path))
+        assert (await b.wait(t.id, 0.05)).status is S.RUNNING  # followed via the store
+        halted = await b.halt(t.id)
+        assert halted.status is S.CANCELLED
+        final = await a.wait(t.id, 10)  # A sees the exit but keeps B's verdict
+        assert final.status is S.CANCELLED and final.exit_code == 143
+        assert final.summary.startswith("ready")
+    finally:
+        await a.shutdown(kill=True)
+        await b.shutdown(kill=True)
+        store_a.close()
+        store_b.close()
+
+
+async def test_recovery_applies_remaining_timeout(tasks_state, tmp_path):
+    db = os.path.join(tasks_state, "tasks.db")
+    store = SqliteStore(db)
+    a = make_manager(store, tasks_state, owner="3:x")
+    t = await a.submit(spec("echo ready; sleep 100", cwd=str(tmp_path), timeout=0.4))
+    await a.shutdown(kill=False)
+    await until(lambda: "ready" in read(t.log_path))
+    b = make_manager(store, tasks_state, owner="3:x")
+    await b.recover()
+    try:
+        got = await b.wait(t.id, 10)
+        assert got.status is S.FAILED and got.reason == Reason.TIMEOUT
+        assert live_members(t.pid) == []
+    finally:
+        await b.shutdown(kill=True)
+        reap_detached(a)
+        store.close()
+
+
+# --------------------------------------------------------------------------- retention
+
+
+async def test_purge_removes_rows_and_logs(tasks_state, tmp_path):
+    store = SqliteStore(os.path.join(tasks_state, "tasks.db"))
+    m = make_manager(store, tasks_state, retention=(60, 120))
+    try:
+        t = await m.submit(spec("echo x", cwd=str(tmp_path)))
+        t = await m.wait(t.id, 10)
+        assert os.path.isdir(t.log_dir)
+        assert await m.purge(now=time.time() + 100) == []  # unread: kept 2x retention
+        m.mark_read(t.id)
+        assert await m.purge(now=time.time() + 100) == [t.id]
+        assert m.get(t.id) is None and not os.path.exists(t.log_dir)
+    finally:
+        await m.shutdown(kill=True)
+        store.close()

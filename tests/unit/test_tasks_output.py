@@ -1,0 +1,213 @@
+from __future__ import annotations
+
+import pytest
+from sidekick_tools.tasks.output import (
+    MAX_PARTIAL_LINE,
+    LogFollower,
+    Marker,
+    Progress,
+    compile_filter,
+    filter_lines,
+    parse_line,
+    read_new,
+    strip_ansi,
+    summarize_file,
+    summary_of,
+)
+
+
+@pytest.mark.parametrize(
+    "line,expected",
+    [
+        ("[PROGRESS] building", Marker("progress", "building", None)),
+        ("[PROGRESS:45] compiling 9/20", Marker("progress", "compiling 9/20", 45)),
+        ("[PROGRESS: 7%] x", Marker("progress", "x", 7)),
+        ("[PROGRESS:250] too far", Marker("progress", "too far", 100)),
+        ("  [RESULT] all good", Marker("result", "all good", None)),
+        ("[RESULT]", Marker("result", "", None)),
+        ("[ERROR] boom\n", Marker("error", "boom", None)),
+        ("[WARNING] careful\r\n", Marker("warning", "careful", None)),
+        ("\x1b[32m[PROGRESS:10] green\x1b[0m", Marker("progress", "green", 10)),
+        ("text [PROGRESS:10] not at start", None),
+        ("[PROGRESSING] nope", None),
+        ("[RESULTS] nope", None),
+        ("plain", None),
+    ],
+)
+def test_parse_line(line: str, expected: Marker | None) -> None:
+    assert parse_line(line) == expected
+
+
+def test_strip_ansi() -> None:
+    assert strip_ansi("\x1b[1;31mred\x1b[0m text") == "red text"
+    assert strip_ansi("\x1b]0;title\x07after") == "after"
+    assert strip_ansi("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\") == "link"
+    assert strip_ansi("a\x1b[2Kb\x1b[?25lc\x1bMd") == "abcd"
+    assert strip_ansi("no escapes [1m here") == "no escapes [1m here"
+
+
+def test_summary_result_marker_wins() -> None:
+    text = (
+        "> ask something\n"
+        "thinking\n"
+        "[RESULT] first try\n"
+        "old\n"
+        "[PROGRESS:90] almost\n"
+        "\x1b[1m[RESULT]\x1b[0m final answer\n"
+        "line two\n"
+        "> another prompt\n"
+        "tail\n"
+    )
+    assert summary_of(text) == "final answer\nline two\n> another prompt\ntail"
+
+
+def test_summary_prompt_fallback() -> None:
+    text = "noise\n> first prompt\nmiddle\n> \x1b[36mlast prompt\x1b[0m\nanswer 1\nanswer 2\n"
+    assert summary_of(text) == "answer 1\nanswer 2"
+    # Nothing after the last prompt: the tail instead.
+    assert summary_of("a\nb\n> prompt\n") == "a\nb\n> prompt"
+
+
+def test_summary_tail_limits() -> None:
+    text = "\n".join(f"line {i}" for i in range(200)) + "\n"
+    summary = summary_of(text)
+    lines = summary.split("\n")
+    assert len(lines) == 50 and lines[0] == "line 150" and lines[-1] == "line 199"
+    wide = "\n".join("x" * 1000 + str(i) for i in range(30))
+    summary = summary_of(wide)
+    assert len(summary.encode()) <= 8 * 1024
+    assert summary.endswith("x29")
+    assert summary_of("\x1b[31mred\x1b[0m\r\nprogress 10%\rprogress 100%\n") == (
+        "red\nprogress 100%"
+    )
+    assert summary_of("") == ""
+
+
+def test_read_new_complete_lines(tmp_path) -> None:
+    p = tmp_path / "log"
+    p.write_bytes(b"one\ntwo\nthr")
+    c = read_new(str(p), 0)
+    assert c.data == b"one\ntwo\n" and c.next_offset == 8 and c.more
+    c = read_new(str(p), 8)
+    assert c.data == b"" and c.next_offset == 8
+    c = read_new(str(p), 8, complete_lines=False)
+    assert c.data == b"thr" and c.next_offset == 11 and not c.more
+    c = read_new(str(p), 0, max_bytes=5)
+    assert c.data == b"one\n" and c.next_offset == 4
+    long = tmp_path / "long"
+    long.write_bytes(b"x" * 100 + b"\n")
+    c = read_new(str(long), 0, max_bytes=10)
+    assert c.data == b"x" * 10 and c.more  # a line longer than max_bytes comes in pieces
+    assert read_new(str(tmp_path / "missing"), 0).data == b""
+    c = read_new(str(p), 1000)  # beyond the end (file replaced): start over
+    assert c.data == b"one\ntwo\n"
+    assert read_new(str(p), 0).text == "one\ntwo\n"
+
+
+def test_filter_lines_consumes_nothing() -> None:
+    text = "a1\nb1\na2\n"
+    assert filter_lines(text, "^a") == ["a1", "a2"]
+    assert filter_lines(text, "/b/") == ["b1"]
+    assert filter_lines(text, compile_filter("2$")) == ["a2"]
+    with pytest.raises(ValueError, match="invalid filter regex"):
+        filter_lines(text, "(")
+
+
+def test_follower_reads_only_new_bytes(tmp_path) -> None:
+    p = tmp_path / "stdout"
+    p.write_bytes(b"")
+    f = LogFollower(str(p))
+    assert not f.poll()
+    first = b"".join(b"line %d\n" % i for i in range(1000))
+    with open(p, "ab") as out:
+        out.write(first)
+    f.poll()
+    assert f.bytes_read == len(first) and f.lines == 1000 and f.offset == len(first)
+    with open(p, "ab") as out:
+        out.write(b"[PROGRESS:30] a third\n")
+    assert f.poll()
+    assert f.bytes_read == len(first) + 22
+    assert f.progress == Progress(30, "a third")
+    assert not f.poll()  # nothing new
+    assert f.bytes_read == len(first) + 22
+    with open(p, "ab") as out:
+        out.write(b"[PROGRESS:30] a third\n")
+    assert not f.poll()  # same progress again: no change
+    with open(p, "ab") as out:
+        out.write(b"[PROGRESS] no percent now\n")
+    assert f.poll() and f.progress == Progress(None, "no percent now")
+    assert f.lines == 1003
+
+
+def test_follower_partial_lines(tmp_path) -> None:
+    p = tmp_path / "stdout"
+    p.write_bytes(b"abc\n[PROGRE")
+    f = LogFollower(str(p))
+    assert not f.poll()
+    assert f.lines == 1 and f.offset == 4 and f.bytes_read == 11
+    with open(p, "ab") as out:
+        out.write(b"SS:50] half")
+    assert not f.poll()  # line not finished yet
+    assert f.bytes_read == 22  # the partial line is kept, not re-read
+    with open(p, "ab") as out:
+        out.write(b"\nmore")
+    assert f.poll() and f.progress == Progress(50, "half")
+    assert f.bytes_read == 27 and f.lines == 2
+    f.finish()
+    assert f.lines == 3  # the final unterminated line counts once the writer is done
+
+
+def test_follower_markers_need_line_start_across_polls(tmp_path) -> None:
+    p = tmp_path / "stdout"
+    p.write_bytes(b"x" * (MAX_PARTIAL_LINE + 10))  # one huge line, consumed without newline
+    f = LogFollower(str(p))
+    f.poll()
+    assert f.offset == MAX_PARTIAL_LINE + 10
+    with open(p, "ab") as out:
+        out.write(b"[PROGRESS:10] same line, not a marker\n")
+    assert not f.poll() and f.progress is None
+    with open(p, "ab") as out:
+        out.write(b"[PROGRESS:20] real\n")
+    assert f.poll() and f.progress == Progress(20, "real")
+    with open(p, "ab") as out:
+        out.write(b"bar 1%\r[PROGRESS:60] redrawn with CR\r")
+    assert f.poll() and f.progress == Progress(60, "redrawn with CR")
+
+
+def test_follower_tracks_result_and_prompt_offsets(tmp_path) -> None:
+    p = tmp_path / "stdout"
+    head = b"> the prompt\nthinking\n"
+    result = b"\x1b[1m[RESULT]\x1b[0m the answer\ndetails\n"
+    filler = b"".join(b"after %d\n" % i for i in range(20_000))  # far more than a tail
+    p.write_bytes(head + result + filler)
+    f = LogFollower(str(p))
+    f.poll(max_bytes=4096)
+    f.poll()
+    assert f.result_offset == len(head)
+    assert f.prompt_end == len(b"> the prompt\n")
+    summary = summarize_file(str(p), f, max_bytes=200)
+    assert summary.startswith("the answer\ndetails\nafter 0")
+    # Prompt only: the content after it.
+    q = tmp_path / "agent"
+    q.write_bytes(b"banner\n> question\nanswer line\n")
+    g = LogFollower(str(q))
+    g.poll()
+    assert summarize_file(str(q), g) == "answer line"
+    # Neither: the tail; an unknown layout without follower also gives the tail.
+    r = tmp_path / "plain"
+    r.write_bytes(b"".join(b"n%d\n" % i for i in range(100)))
+    h = LogFollower(str(r))
+    h.poll()
+    assert summarize_file(str(r), h).split("\n")[-1] == "n99"
+    assert summarize_file(str(r)).split("\n")[0] == "n50"
+    assert summarize_file(str(tmp_path / "missing")) == ""
+
+
+def test_follower_restarts_on_truncation(tmp_path) -> None:
+    p = tmp_path / "stdout"
+    p.write_bytes(b"one\ntwo\n")
+    f = LogFollower(str(p))
+    f.poll()
+    p.write_bytes(b"x\n")
+    f.poll()
+    assert f.lines == 1 and f.offset == 2

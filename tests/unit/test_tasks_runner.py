@@ -1,0 +1,242 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+from sidekick_tools.tasks import runner
+
+LINUX = sys.platform.startswith("linux")
+
+
+def wait_until(pred, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        time.sleep(0.01)
+
+
+async def until(pred, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        await asyncio.sleep(0.01)
+
+
+def read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def exited(pid: int) -> bool:
+    """The child has exited (zombie or gone); does not reap it."""
+    if not hasattr(os, "waitid"):  # macOS before Python 3.13
+        return runner.start_token(pid) is None
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def assert_reaped(pid: int) -> None:
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def live_members(pgid: int) -> list[int]:
+    members = runner.group_members(pgid)
+    if members is None:  # not Linux: fall back on killpg
+        return [pgid] if runner.group_alive(pgid) else []
+    return members
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def test_start_token_and_is_alive() -> None:
+    me = os.getpid()
+    token = runner.start_token(me)
+    assert token and runner.start_token(me) == token
+    assert runner.is_alive(me, token)
+    assert not runner.is_alive(me, token + "0")
+    assert not runner.is_alive(me, None)
+    assert not runner.is_alive(None, token)
+    assert runner.start_token(0) is None
+
+
+def test_dead_and_zombie_processes_are_not_alive() -> None:
+    p = subprocess.Popen(["true"])
+    token = runner.start_token(p.pid)
+    wait_until(lambda: exited(p.pid))  # a zombie now: dead for us
+    assert not runner.is_alive(p.pid, token)
+    p.wait()
+    assert runner.start_token(p.pid) is None
+    assert not runner.is_alive(p.pid, token)
+
+
+def test_owner_token() -> None:
+    owner = runner.owner_token(os.getpid())
+    assert owner.startswith(f"{os.getpid()}:")
+    assert runner.parse_owner(owner) == (os.getpid(), runner.start_token(os.getpid()))
+    assert runner.owner_alive(owner)
+    assert not runner.owner_alive(f"{os.getpid()}:not-the-start-time")
+    assert not runner.owner_alive("garbage")
+    assert runner.parse_owner("x:y") is None
+
+
+# --------------------------------------------------------------------------- files
+
+
+def test_read_exit(tmp_path) -> None:
+    d = str(tmp_path)
+    assert runner.read_exit(d) is None
+    (tmp_path / "exit").write_text("garbage")
+    assert runner.read_exit(d) is None
+    (tmp_path / "exit").write_text("code=7\nsignal=0\nended=\n")
+    rec = runner.read_exit(d)
+    assert rec.code == 7 and rec.signal == 0
+    assert rec.ended_at == pytest.approx(os.stat(tmp_path / "exit").st_mtime)
+    (tmp_path / "exit").write_text("code=0\nsignal=15\nended=1700000000,25\n")
+    assert runner.read_exit(d) == runner.ExitRecord(0, 15, 1700000000.25)
+
+
+def test_spawn_errors(tmp_path) -> None:
+    log_dir = str(tmp_path / "log")
+    with pytest.raises(runner.SpawnError, match="does not exist"):
+        runner.spawn("true", log_dir, cwd=str(tmp_path / "nope"))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(runner.SpawnError, match="not a directory"):
+        runner.spawn("true", log_dir, cwd=str(tmp_path / "file"))
+    with pytest.raises(runner.SpawnError, match="environment variable"):
+        runner.spawn("true", log_dir, cwd=str(tmp_path), env={"A=B": "x"})
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@pytest.mark.parametrize("use_pidfd", [True, False])
+async def test_child_runs_with_output_in_files(tmp_path, monkeypatch, use_pidfd) -> None:
+    if not use_pidfd:
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    elif not hasattr(os, "pidfd_open"):
+        pytest.skip("no pidfd on this platform")
+    log_dir = str(tmp_path / "tasks" / "abc123")
+    (tmp_path / "go").unlink(missing_ok=True)
+    cmd = 'echo "out $FOO"; echo err >&2; while [ ! -f go ]; do sleep 0.02; done; exit 3'
+    proc = runner.spawn(cmd, log_dir, cwd=str(tmp_path), env={"FOO": "bar"})
+    assert proc.pid == proc.pgid and proc.start_token
+    assert os.getpgid(proc.pid) == proc.pid  # its own group...
+    assert os.getsid(proc.pid) == proc.pid  # ...and session
+    fired = asyncio.Event()
+    proc.watch(asyncio.get_running_loop(), fired.set)
+    stdout, stderr = os.path.join(log_dir, "stdout"), os.path.join(log_dir, "stderr")
+    await until(lambda: read(stdout) == "out bar\n" and read(stderr) == "err\n")
+    if LINUX:
+        # Output goes from the task straight to the files; this process holds no fd on them.
+        assert os.readlink(f"/proc/{proc.pid}/fd/1") == stdout
+        assert os.readlink(f"/proc/{proc.pid}/fd/2") == stderr
+        assert os.readlink(f"/proc/{proc.pid}/fd/0") == "/dev/null"
+        mine = {
+            os.readlink(f"/proc/self/fd/{fd}")
+            for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}")
+        }
+        assert stdout not in mine and stderr not in mine
+    assert proc.alive()
+    (tmp_path / "go").write_text("")
+    await asyncio.wait_for(fired.wait(), 10)
+    out = proc.outcome()
+    assert out.code == 3 and out.recorded and out.signal is None
+    assert proc.returncode == 3
+    assert runner.read_exit(log_dir).code == 3
+    assert_reaped(proc.pid)
+    assert stat.S_IMODE(os.stat(log_dir).st_mode) == 0o700
+    for name in ("stdout", "stderr", "exit"):
+        assert stat.S_IMODE(os.stat(os.path.join(log_dir, name)).st_mode) == 0o600
+    assert not os.path.exists(os.path.join(log_dir, "exit.tmp"))
+
+
+def test_supervisor_survives_sigterm_and_records_exit(tmp_path) -> None:
+    log_dir = str(tmp_path / "log")
+    proc = runner.spawn("echo ready; sleep 30", log_dir, cwd=str(tmp_path))
+    wait_until(lambda: "ready" in read(os.path.join(log_dir, "stdout")))
+    os.killpg(proc.pgid, signal.SIGTERM)
+    assert proc.popen.wait(timeout=10) == 143
+    rec = runner.read_exit(log_dir)
+    assert rec is not None and rec.code == 143 and rec.signal == 15
+
+
+async def test_terminate_group_kills_a_tree_that_ignores_sigterm(tmp_path) -> None:
+    log_dir = str(tmp_path / "log")
+    cmd = "trap '' TERM; sleep 1000 & sleep 1000 & echo ready; wait"
+    proc = runner.spawn(cmd, log_dir, cwd=str(tmp_path))
+    fired = asyncio.Event()
+    proc.watch(asyncio.get_running_loop(), fired.set)
+    await until(lambda: "ready" in read(os.path.join(log_dir, "stdout")))
+    if LINUX:
+        assert len(live_members(proc.pgid)) >= 4  # wrapper, sh, 2 x sleep
+    killed = await runner.terminate_group(proc.pgid, grace=0.3)
+    assert killed  # SIGTERM was not enough
+    await asyncio.wait_for(fired.wait(), 10)
+    assert live_members(proc.pgid) == []
+    out = proc.outcome()
+    assert not out.recorded and out.signal == 9 and out.code == 137
+    assert_reaped(proc.pid)
+
+
+async def test_stray_background_processes_get_sigterm_on_exit(tmp_path) -> None:
+    log_dir = str(tmp_path / "log")
+    proc = runner.spawn("sleep 1000 & echo started", log_dir, cwd=str(tmp_path))
+    fired = asyncio.Event()
+    proc.watch(asyncio.get_running_loop(), fired.set)
+    await asyncio.wait_for(fired.wait(), 10)
+    assert proc.outcome().code == 0
+    assert proc.stragglers_signalled
+    await until(lambda: live_members(proc.pgid) == [])
+
+
+async def test_foreign_process_is_polled(tmp_path) -> None:
+    log_dir = str(tmp_path / "log")
+    (tmp_path / "go").unlink(missing_ok=True)
+    child = runner.spawn(
+        "while [ ! -f go ]; do sleep 0.02; done; exit 4", log_dir, cwd=str(tmp_path)
+    )
+    foreign = runner.ForeignProcess(child.pid, child.start_token, log_dir)
+    assert not foreign.is_child and foreign.alive()
+    fired = asyncio.Event()
+    foreign.watch(asyncio.get_running_loop(), fired.set)
+    (tmp_path / "go").write_text("")
+    await asyncio.wait_for(fired.wait(), 10)
+    out = foreign.outcome()
+    assert out.code == 4 and out.recorded
+    child.popen.wait(timeout=10)
+    # Vanished without an exit file: no outcome code.
+    gone = runner.ForeignProcess(child.pid, child.start_token, str(tmp_path / "nothing"))
+    fired2 = asyncio.Event()
+    gone.watch(asyncio.get_running_loop(), fired2.set)
+    await asyncio.wait_for(fired2.wait(), 10)
+    assert gone.outcome().code is None and not gone.outcome().recorded
+
+
+def test_kill_groups_now(tmp_path) -> None:
+    procs = [
+        runner.spawn("trap '' TERM; echo ready; sleep 1000", str(tmp_path / f"l{i}"))
+        for i in range(2)
+    ]
+    for i in range(2):
+        wait_until(lambda i=i: "ready" in read(str(tmp_path / f"l{i}" / "stdout")))
+    runner.kill_groups_now([p.pgid for p in procs], grace=0.1)
+    for p in procs:
+        p.popen.wait(timeout=10)
+        wait_until(lambda p=p: live_members(p.pgid) == [])

@@ -1,0 +1,334 @@
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Iterator
+
+import pytest
+from sidekick_tools.tasks.model import Task, TaskStatus, is_token
+from sidekick_tools.tasks.store import (
+    DuplicateToken,
+    MemoryStore,
+    SqliteStore,
+    StoreError,
+    TaskStore,
+    open_store,
+)
+
+S = TaskStatus
+DAY = 86400.0
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def tasks_store(request: pytest.FixtureRequest, tmp_path) -> Iterator[TaskStore]:
+    store: TaskStore
+    if request.param == "sqlite":
+        store = SqliteStore(str(tmp_path / "state" / "tasks.db"))
+    else:
+        store = MemoryStore()
+    yield store
+    store.close()
+
+
+def mk(**kw) -> Task:
+    kw.setdefault("tool", "run_terminal_command")
+    kw.setdefault("command", "true")
+    kw.setdefault("created_at", time.time())
+    return Task(**kw)
+
+
+def test_insert_allocates_token_and_get_returns_copies(tasks_store: TaskStore) -> None:
+    t = tasks_store.insert(mk(label="x", env={"A": "1"}))
+    assert is_token(t.id)
+    got = tasks_store.get(t.id)
+    assert got == t
+    got.label = "changed"
+    got.env["B"] = "2"
+    assert tasks_store.get(t.id).label == "x"
+    assert tasks_store.get(t.id).env == {"A": "1"}
+    other = "ffffff" if t.id != "ffffff" else "eeeeee"
+    assert tasks_store.get(other) is None
+
+
+def test_explicit_token_and_duplicates(tasks_store: TaskStore) -> None:
+    tasks_store.insert(mk(id="abc123"))
+    with pytest.raises(DuplicateToken):
+        tasks_store.insert(mk(id="abc123"))
+    with pytest.raises(ValueError):
+        tasks_store.insert(mk(id="NOT-A-TOKEN"))
+
+
+def test_reserve_callback_can_refuse_and_fill_fields(tasks_store: TaskStore) -> None:
+    refused: list[str] = []
+
+    def reserve(candidate: Task) -> bool:
+        if len(refused) < 3:
+            refused.append(candidate.id)
+            return False
+        candidate.log_dir = f"/logs/{candidate.id}"
+        return True
+
+    t = tasks_store.insert(mk(), reserve=reserve)
+    assert len(refused) == 3
+    assert t.log_dir == f"/logs/{t.id}"
+    assert tasks_store.get(t.id).log_dir == t.log_dir
+
+
+def test_tokens_unique_when_many_allocated(tasks_store: TaskStore) -> None:
+    tokens = {tasks_store.insert(mk()).id for _ in range(2000)}
+    assert len(tokens) == 2000
+    assert tasks_store.count() == 2000
+
+
+def test_update_only_given_fields(tasks_store: TaskStore) -> None:
+    t = tasks_store.insert(mk(label="one"))
+    t.label = "two"
+    t.progress = 40
+    assert tasks_store.update(t, ["progress"])
+    got = tasks_store.get(t.id)
+    assert got.progress == 40 and got.label == "one"
+    assert tasks_store.update(t)  # all fields
+    assert tasks_store.get(t.id).label == "two"
+    with pytest.raises(ValueError):
+        tasks_store.update(t, ["no_such_field"])
+    assert not tasks_store.update(mk(id="eeeeee"), ["label"])
+
+
+def test_update_compare_and_set(tasks_store: TaskStore) -> None:
+    t = tasks_store.insert(mk(owner="a"))
+    t.status = S.RUNNING
+    assert tasks_store.update(t, ["status"], expect={"status": "queued", "owner": "a"})
+    t.status = S.CANCELLED
+    assert not tasks_store.update(t, ["status"], expect={"status": "queued"})
+    assert tasks_store.get(t.id).status is S.RUNNING
+    assert not tasks_store.update(t, ["status"], expect={"owner": "b"})
+    assert tasks_store.update(t, ["status"], expect={"status": S.RUNNING, "pid": None})
+    assert tasks_store.get(t.id).status is S.CANCELLED
+
+
+def test_list_newest_first_with_filters(tasks_store: TaskStore) -> None:
+    base = 1000.0
+    made = []
+    statuses = [S.QUEUED, S.RUNNING, S.COMPLETED, S.FAILED, S.CANCELLED]
+    for i in range(25):
+        t = tasks_store.insert(
+            mk(created_at=base + i, status=statuses[i % 5], owner="me" if i % 2 else "you")
+        )
+        made.append(t)
+    ids_newest = [t.id for t in reversed(made)]
+    assert [t.id for t in tasks_store.list(limit=None)] == ids_newest
+    assert [t.id for t in tasks_store.list(limit=5, offset=5)] == ids_newest[5:10]
+    assert [t.id for t in tasks_store.list("all", limit=3)] == ids_newest[:3]
+    running = tasks_store.list(status="running")
+    assert [t.id for t in running] == [t.id for t in reversed(made) if t.status is S.RUNNING]
+    ended = tasks_store.list(status={"failed", S.CANCELLED}, limit=4, offset=1)
+    expected = [t.id for t in reversed(made) if t.status in (S.FAILED, S.CANCELLED)]
+    assert [t.id for t in ended] == expected[1:5]
+    mine = tasks_store.list(owner="me", status=S.COMPLETED)
+    assert [t.id for t in mine] == [
+        t.id for t in reversed(made) if t.owner == "me" and t.status is S.COMPLETED
+    ]
+    assert tasks_store.count() == 25
+    assert tasks_store.count("running") == 5
+    assert tasks_store.count({S.FAILED, S.CANCELLED}) == 10
+    assert tasks_store.count(owner="me") == 12
+    assert tasks_store.count(S.QUEUED, owner="you") == 3
+
+
+def test_same_created_at_orders_by_insertion(tasks_store: TaskStore) -> None:
+    ids = [tasks_store.insert(mk(created_at=5.0)).id for _ in range(5)]
+    assert [t.id for t in tasks_store.list()] == list(reversed(ids))
+
+
+def test_delete(tasks_store: TaskStore) -> None:
+    t = tasks_store.insert(mk())
+    tasks_store.set_read_offset(t.id, "chat", 10)
+    assert tasks_store.delete(t.id)
+    assert tasks_store.get(t.id) is None
+    assert not tasks_store.delete(t.id)
+    assert tasks_store.get_read_offset(t.id, "chat") == 0
+
+
+def test_read_offsets_and_mark_read(tasks_store: TaskStore) -> None:
+    t = tasks_store.insert(mk())
+    assert tasks_store.get_read_offset(t.id, "a.sidekick.md") == 0
+    tasks_store.set_read_offset(t.id, "a.sidekick.md", 120)
+    tasks_store.set_read_offset(t.id, "b.sidekick.md", 7)
+    tasks_store.set_read_offset(t.id, "a.sidekick.md", 150)
+    assert tasks_store.get_read_offset(t.id, "a.sidekick.md") == 150
+    got = tasks_store.get(t.id)
+    assert got.read_offsets == {"a.sidekick.md": 150, "b.sidekick.md": 7}
+    assert tasks_store.list()[0].read_offsets == got.read_offsets
+    assert not got.result_read
+    assert tasks_store.mark_read(t.id)
+    assert tasks_store.get(t.id).result_read
+    assert not tasks_store.mark_read("000000")
+
+
+def test_purge_rules(tasks_store: TaskStore) -> None:
+    now = 10 * DAY
+    retention = (1 * DAY, 2 * DAY)
+
+    def add(status: S, age_days: float, read: bool) -> str:
+        return tasks_store.insert(
+            mk(
+                status=status,
+                created_at=now - age_days * DAY - 10,
+                ended_at=None if status in (S.QUEUED, S.RUNNING) else now - age_days * DAY,
+                result_read=read,
+            )
+        ).id
+
+    keep = {
+        add(S.COMPLETED, 0.5, True),  # young
+        add(S.COMPLETED, 1.5, False),  # old but unread: kept up to 2 days
+        add(S.FAILED, 1.5, True),  # failed retention is 2 days
+        add(S.CANCELLED, 3.0, False),  # unread failed: kept up to 4 days
+        add(S.RUNNING, 30, False),  # never purged
+        add(S.QUEUED, 30, False),
+    }
+    gone = {
+        add(S.COMPLETED, 1.5, True),
+        add(S.COMPLETED, 2.5, False),
+        add(S.FAILED, 2.5, True),
+        add(S.CANCELLED, 4.5, False),
+    }
+    removed = tasks_store.purge(now, retention)
+    assert set(removed) == gone
+    assert {t.id for t in tasks_store.list(limit=None)} == keep
+    assert tasks_store.purge(now, {"completed": DAY, "failed": 2 * DAY}) == []
+
+
+class _Retention:
+    completed = 60.0
+    failed = 120.0
+
+
+def test_purge_accepts_config_objects(tasks_store: TaskStore) -> None:
+    t = tasks_store.insert(mk(status=S.COMPLETED, ended_at=0.0, result_read=True))
+    assert tasks_store.purge(1000.0, _Retention()) == [t.id]
+
+
+# --------------------------------------------------------------------------- SQLite only
+
+
+def test_two_sqlite_connections_allocate_unique_tokens(tmp_path) -> None:
+    path = str(tmp_path / "tasks.db")
+    a, b = SqliteStore(path), SqliteStore(path)
+    try:
+        tokens = []
+        for i in range(200):
+            store = a if i % 2 else b
+            tokens.append(store.insert(mk(created_at=float(i))).id)
+        assert len(set(tokens)) == 200
+        assert a.count() == b.count() == 200
+        seen_by_b = [t.id for t in b.list(limit=None)]
+        assert seen_by_b == list(reversed(tokens))
+    finally:
+        a.close()
+        b.close()
+
+
+def test_sqlite_persists_across_instances(tmp_path) -> None:
+    path = str(tmp_path / "tasks.db")
+    a = SqliteStore(path)
+    t = a.insert(mk(label="kept", env={"X": "1"}, timeout=30.0))
+    a.set_read_offset(t.id, "c", 5)
+    a.close()
+    b = SqliteStore(path)
+    got = b.get(t.id)
+    assert got.label == "kept" and got.env == {"X": "1"} and got.timeout == 30.0
+    assert got.read_offsets == {"c": 5}
+    b.close()
+
+
+def test_ten_thousand_tasks_first_page_uses_indexes(tmp_path) -> None:
+    store = SqliteStore(str(tmp_path / "tasks.db"))
+    statuses = [S.COMPLETED, S.FAILED, S.CANCELLED, S.COMPLETED]
+    store.insert_many(
+        Task(
+            id=f"{i:06x}",
+            tool="run_terminal_command",
+            command=f"echo {i}",
+            status=statuses[i % 4],
+            owner="me" if i % 3 else "other",
+            created_at=1000.0 + i,
+            ended_at=1000.5 + i,
+        )
+        for i in range(10_000)
+    )
+    page = store.list(limit=50)
+    assert [t.id for t in page] == [f"{i:06x}" for i in range(9999, 9949, -1)]
+    failed = store.list(status="failed", limit=50)
+    assert len(failed) == 50 and failed[0].id == f"{9997:06x}"
+    ended = store.list(status={"failed", "cancelled"}, limit=50)
+    assert [t.id for t in ended][:3] == [f"{9998:06x}", f"{9997:06x}", f"{9994:06x}"]
+    assert store.count() == 10_000
+    store.set_read_offset(f"{5:06x}", "chat", 3)
+    everything = store.list(limit=None)
+    assert len(everything) == 10_000 and everything[-1].id == "000000"
+    assert everything[-6].read_offsets == {"chat": 3}
+    assert len(store.list(status={"failed", "cancelled"}, limit=None)) == 5000
+    # No full sort of the history: every plan walks an index in order.
+    for kwargs in ({}, {"status": "failed"}, {"owner": "me"}, {"owner": "me", "status": "failed"}):
+        plan = store.explain_list(**kwargs)
+        assert "USING INDEX" in plan or "USING COVERING INDEX" in plan, plan
+        assert "TEMP B-TREE" not in plan, (kwargs, plan)
+    store.close()
+
+
+def test_corrupt_database_raises_store_error_naming_the_path(tmp_path) -> None:
+    path = tmp_path / "tasks.db"
+    path.write_bytes(b"this is not an sqlite database, just garbage bytes\x00\x01" * 100)
+    with pytest.raises(StoreError) as info:
+        SqliteStore(str(path))
+    message = str(info.value)
+    assert str(path) in message
+    assert "Move the file aside" in message
+    store, warning = open_store("sqlite", str(path))
+    assert isinstance(store, MemoryStore) and warning is not None and str(path) in warning
+    store, warning = open_store("memory", str(path))
+    assert isinstance(store, MemoryStore) and warning is None
+
+
+def test_unopenable_database_raises_store_error(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError) as info:
+        SqliteStore(str(blocker / "tasks.db"))
+    assert str(blocker / "tasks.db") in str(info.value)
+
+
+def test_newer_schema_is_refused(tmp_path) -> None:
+    path = str(tmp_path / "tasks.db")
+    SqliteStore(path).close()
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE schema_version SET version = 99")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="newer"):
+        SqliteStore(path)
+
+
+def test_sqlite_permissions_and_wal(tmp_path) -> None:
+    state = tmp_path / "fresh" / "state"
+    path = state / "tasks.db"
+    store = SqliteStore(str(path))
+    store.insert(mk())
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    for suffix in ("-wal", "-shm"):
+        extra = str(path) + suffix
+        if os.path.exists(extra):
+            assert stat.S_IMODE(os.stat(extra).st_mode) & 0o077 == 0
+    mode = store._conn.execute("PRAGMA journal_mode").fetchone()[0]  # noqa: SLF001
+    timeout = store._conn.execute("PRAGMA busy_timeout").fetchone()[0]  # noqa: SLF001
+    assert mode == "wal" and timeout == 5000
+    store.close()
+    # An existing file with loose permissions is tightened.
+    os.chmod(path, 0o644)
+    SqliteStore(str(path)).close()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
