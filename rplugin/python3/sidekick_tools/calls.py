@@ -435,9 +435,7 @@ class CallRunner:
         if tracked.done or tracked.finishing:
             return
         tracked.finishing = True
-        from .tools.run_terminal_command import result_from_task
-
-        result = result_from_task(task)
+        result = tools.result_from_task(tracked.tool, task)
         result.fields.setdefault("task", task.id)
         await self._write(tracked, result)
         output = self._shown(result.body, _log_path(task))

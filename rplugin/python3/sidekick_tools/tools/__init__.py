@@ -36,6 +36,18 @@ def check_call(name: str, params: Any) -> str | None:
     return validate(tool.schema, params)
 
 
+def result_from_task(tool_name: str, task: Any) -> ToolResult:
+    """The final result of a call whose task ended in the background.
+
+    A tool that runs tasks may define ``result_from_task(task)`` on its TOOL (an
+    agent answers with its summary, not its transcript); the default is the
+    terminal command's: exit code and the tail of the output.
+    """
+    tool = REGISTRY.get(tool_name)
+    build = getattr(tool, "result_from_task", None) or run_terminal_command.result_from_task
+    return build(task)
+
+
 __all__ = [
     "REGISTRY",
     "Tool",
@@ -43,5 +55,6 @@ __all__ = [
     "ToolResult",
     "check_call",
     "get_tool",
+    "result_from_task",
     "validate",
 ]
