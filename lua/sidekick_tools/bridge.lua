@@ -184,7 +184,17 @@ function M.on_events(events)
   end
 end
 
+--- A (new) host is up: let it look at every loaded chat, so that pending calls
+--- show their state and running blocks are followed again after a restart.
 function M.host_started()
+  local host = require("sidekick_tools.host")
+  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+    if
+      vim.api.nvim_buf_is_loaded(buf) and vim.api.nvim_buf_get_name(buf):match("%.sidekick%.md$")
+    then
+      host.notify("chat_opened", buf)
+    end
+  end
   emit("host", { up = true })
 end
 

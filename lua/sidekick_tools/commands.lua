@@ -5,58 +5,34 @@ local function api()
   return require("sidekick_tools")
 end
 
+-- What each command does; plugin/sidekick_tools.lua declares them (nargs, desc).
 M.commands = {
-  SidekickRunTool = {
-    fn = function()
-      api().run_tool()
-    end,
-    opts = { desc = "Run the tool call under the cursor, then chain auto-acceptable calls" },
-  },
-  SidekickRunTools = {
-    fn = function()
-      api().run_tools()
-    end,
-    opts = { desc = "Run every pending tool call of the last assistant message" },
-  },
-  SidekickHalt = {
-    fn = function(a)
-      local token = a.fargs[1]
-      local res = api().halt(token)
-      if res and res.message then
-        vim.notify(res.message, vim.log.levels.INFO)
-      end
-    end,
-    opts = { nargs = "?", desc = "Cancel the task under the cursor, or TOKEN" },
-  },
-  SidekickTasks = {
-    fn = function(a)
-      require("sidekick_tools.render.tasks").open({ status = a.fargs[1] })
-    end,
-    opts = {
-      nargs = "?",
-      complete = function()
-        return { "running", "completed", "failed", "all" }
-      end,
-      desc = "List tasks",
-    },
-  },
-  SidekickOutput = {
-    fn = function(a)
-      require("sidekick_tools.render.output").open_from_args(a.fargs, a.args)
-    end,
-    opts = { nargs = "*", desc = "Live view of a task's output: [TOKEN] [/regex/]" },
-  },
-  SidekickInstall = {
-    fn = function()
-      require("sidekick_tools.install").run()
-    end,
-    opts = { desc = "Create the plugin's own Python venv with pynvim" },
-  },
+  SidekickRunTool = function()
+    api().run_tool()
+  end,
+  SidekickRunTools = function()
+    api().run_tools()
+  end,
+  SidekickHalt = function(a)
+    local res = api().halt(a.fargs[1])
+    if res and res.message then
+      vim.notify(res.message, vim.log.levels.INFO)
+    end
+  end,
+  SidekickTasks = function(a)
+    require("sidekick_tools.render.tasks").open({ status = a.fargs[1] })
+  end,
+  SidekickOutput = function(a)
+    require("sidekick_tools.render.output").open_from_args(a.fargs, a.args)
+  end,
+  SidekickInstall = function()
+    require("sidekick_tools.install").run()
+  end,
 }
 
 --- Called by plugin/sidekick_tools.lua for every command.
 function M.dispatch(name, a)
-  local ok, e = pcall(M.commands[name].fn, a)
+  local ok, e = pcall(M.commands[name], a)
   if not ok then
     vim.notify(tostring(e), vim.log.levels.ERROR)
   end
@@ -96,30 +72,25 @@ function M.apply_keymaps_to_open_chats()
   end
 end
 
---- A chat buffer was opened: keymaps, and if the host runs (or the text holds
---- running tasks to follow), let it scan the buffer. Nothing is ever run here.
+--- A chat buffer was opened: keymaps, and let the host (started in the
+--- background if needed) show each call's state and follow running blocks.
+--- Nothing is ever run here.
 function M.chat_opened(buf)
   M.apply_keymaps(buf)
   local host = require("sidekick_tools.host")
-  local has_running = false
-  for _, line in ipairs(vim.api.nvim_buf_get_lines(buf, 0, -1, false)) do
-    if line:find("^`+result .*status=running") then
-      has_running = true
-      break
-    end
-  end
   if host.running() then
     host.notify("chat_opened", buf)
-  elseif has_running then
-    vim.schedule(function()
-      if vim.api.nvim_buf_is_valid(buf) then
-        local ok, e = pcall(host.request, "chat_opened", buf)
-        if not ok then
-          vim.notify(tostring(e), vim.log.levels.ERROR)
-        end
-      end
-    end)
+    return
   end
+  vim.schedule(function()
+    if not vim.api.nvim_buf_is_valid(buf) then
+      return
+    end
+    local chan, err = host.ensure() -- host_started() then scans every loaded chat
+    if not chan then
+      vim.notify(err, vim.log.levels.ERROR)
+    end
+  end)
 end
 
 return M

@@ -131,26 +131,10 @@ function M.ensure()
       )
   end
   state.chan = job
+  -- init goes as a notification: the editor does not wait for Python to start.
+  -- Requests sent after it are answered once init is done (the host orders them).
   local info = { nvim_pid = vim.fn.getpid(), version = vim.version() }
-  local init_ok, err =
-    pcall(vim.rpcrequest, job, "init", require("sidekick_tools.config").for_host(), info)
-  if not init_ok then
-    pcall(vim.fn.jobstop, job)
-    state.chan = nil
-    local tail = stderr_tail()
-    local msg = string.format(
-      "sidekick_tools: the Python host (%s, from %s) failed to start: %s%s",
-      python,
-      source,
-      tostring(err),
-      tail ~= "" and ("\n" .. tail) or ""
-    )
-    if tail:find("pynvim", 1, true) then
-      msg = msg
-        .. "\nThat interpreter lacks pynvim: run :SidekickInstall or set setup({ python = ... })."
-    end
-    return nil, msg
-  end
+  vim.rpcnotify(job, "init", config.for_host(), info)
   require("sidekick_tools.bridge").host_started()
   return job
 end

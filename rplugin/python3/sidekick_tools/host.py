@@ -32,6 +32,7 @@ class Host:
         self.owner = ""
         self.store_kind = ""
         self._shut_down = False
+        self._initialising: Any = None  # future while init runs
 
     # -- dispatch -------------------------------------------------------------------
     def on_request(self, name: str, args: list[Any]) -> Any:
@@ -47,17 +48,24 @@ class Host:
     def on_notification(self, name: str, args: list[Any]) -> None:
         if self.port.on_notification(name, args):
             return
-        if name == "chat_opened" and self.calls is not None:
-            self.port.block_on(self.calls.chat_opened(int(args[0])))
+        if name not in ("init", "chat_opened"):
+            log.debug("ignored notification %s", name)
             return
-        log.debug("ignored notification %s", name)
+        try:
+            self._handler(name)(*args)
+        except Exception as exc:  # nobody waits for an answer: tell the user
+            log.exception("notification %s failed", name)
+            self.port.notify_user(f"sidekick_tools: {name} failed: {_message(exc)}", "error")
 
     def _handler(self, name: str) -> Callable[..., Any]:
         handler = getattr(self, f"rpc_{name}", None)
         if handler is None:
             raise _error_response(f"sidekick_tools: unknown method {name}")
-        if name != "init" and self.calls is None:
-            raise _error_response("sidekick_tools: host not initialised (init first)")
+        if name != "init":
+            if self._initialising is not None:  # Lua sent init as a notification
+                self.port.block_on(self._initialising)
+            if self.calls is None:
+                raise _error_response("sidekick_tools: host not initialised (init first)")
         return handler
 
     # -- methods ---------------------------------------------------------------------
@@ -66,6 +74,14 @@ class Host:
         if self.tasks is not None and self.config is not None:
             self._reconfigure(config)
             return self._info()
+        self._initialising = self.port.loop.create_future()
+        try:
+            return self._init(config, info)
+        finally:
+            self._initialising.set_result(None)
+            self._initialising = None
+
+    def _init(self, config: Config, info: dict[str, Any] | None) -> Any:
         self.config = config
         _prepare_state_dir(config.state_dir)
         _log_to_file(os.path.join(config.state_dir, "host.log"))
@@ -202,9 +218,45 @@ class Host:
     def _cwd(self) -> str:
         return str(self.port.block_on(self.port.call("nvim_call_function", "getcwd", [])))
 
+    # -- task views (tasks window, output view) ----------------------------------------
+    def rpc_count_tasks(self, opts: dict[str, Any] | None = None) -> Any:
+        """How many tasks `list_tasks(opts)` pages through (limit/offset ignored)."""
+        status, owner = self._task_filter(opts)
+        return self.tasks.count(status=status, owner=owner)
+
+    def rpc_task_page(self, opts: dict[str, Any] | None = None) -> Any:
+        """One page of `list_tasks(opts)` plus the total, in one round trip."""
+        return {
+            "tasks": self.rpc_list_tasks(opts),
+            "total": self.rpc_count_tasks(opts),
+            "owner": self.owner,
+        }
+
+    def rpc_task_at(self, buf: int, row: int) -> Any:
+        """Token of the task of the call at (buf, row), or None."""
+        self.port.block_on(self.port.mirror(int(buf)))
+        return self.calls.token_at(int(buf), int(row))
+
+    def _task_filter(self, opts: dict[str, Any] | None) -> tuple[str | None, str | None]:
+        opts = dict(opts or {})
+        status = opts.get("status") or None
+        if status == "all":
+            status = None
+        if status is not None and status not in LIST_STATUSES:
+            raise UserError(
+                f"sidekick_tools: unknown status {status!r}; use one of "
+                + ", ".join((*LIST_STATUSES, "all"))
+            )
+        owner = None if (opts.get("all") or opts.get("status") == "all") else self.owner
+        return status, owner
+
 
 def _status(task: Any) -> str:
     return str(getattr(task.status, "value", task.status))
+
+
+def _message(exc: BaseException) -> str:
+    return str(exc.args[0]) if exc.args else repr(exc)
 
 
 def _error_response(msg: str) -> BaseException:

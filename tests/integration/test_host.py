@@ -1,0 +1,205 @@
+"""The Python host's life: lazy start, interpreters, death and replacement, health."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+CHAT = (
+    "USER: hi\n\nASSISTANT: Sure.\n\n"
+    '```tool run_terminal_command id=c1\n{"command": "echo alive"}\n```\n'
+)
+
+
+def host_pid(editor) -> int | None:
+    return editor.lua(
+        "local ch = require('sidekick_tools.host').channel()\n"
+        "return ch and vim.fn.jobpid(ch) or vim.NIL"
+    )
+
+
+def test_nothing_starts_with_neovim(editor):
+    assert editor.lua("return vim.g.loaded_sidekick_tools") is True
+    assert editor.lua("return package.loaded['sidekick_tools'] == nil")
+    assert editor.lua("return package.loaded['sidekick_tools.host'] == nil")
+    assert editor.lua("return vim.fn.exists(':SidekickRunTool')") == 2
+    editor.setup()
+    assert editor.lua("return require('sidekick_tools.host').running()") is False
+    editor.open_chat(CHAT)
+    editor.run_tool(5)
+    editor.wait_text("```result id=c1 status=completed exit=0")
+    assert host_pid(editor) is not None
+
+
+def _pynvim_only_python(tmp: Path) -> str:
+    """A venv that can import pynvim (and its dependencies) and nothing of ours."""
+    deps = tmp / "deps"
+    deps.mkdir()
+    for name in ("pynvim", "msgpack", "greenlet", "typing_extensions"):
+        spec = importlib.util.find_spec(name)
+        if spec is None:
+            continue  # not a dependency of this pynvim version
+        if spec.submodule_search_locations:  # a package
+            os.symlink(spec.submodule_search_locations[0], deps / name)
+        else:  # a single-file module
+            os.symlink(spec.origin, deps / Path(spec.origin).name)
+    venv = tmp / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(purelib, "deps.pth").write_text(str(deps) + "\n")
+    return str(python)
+
+
+def test_interpreter_with_pynvim_and_nothing_of_ours(editor, tmp_path):
+    python = _pynvim_only_python(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COVERAGE_PROCESS_START")}
+    probe = subprocess.run(
+        [
+            python,
+            "-c",
+            "import pynvim\ntry:\n import sidekick_tools\nexcept ImportError: print('ok')",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert probe.stdout.strip() == "ok", probe.stderr
+    editor.setup(python=python)
+    editor.open_chat(CHAT)
+    editor.run_tool(5)
+    editor.wait_text("```result id=c1 status=completed exit=0")
+
+
+def test_interpreter_without_pynvim_is_explained(editor, tmp_path):
+    venv = tmp_path / "nopynvim"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    editor.setup(python=str(venv / "bin" / "python"))
+    editor.open_chat(CHAT)
+    editor.run_tool(5)
+    notes = wait_for(lambda: [n for n in editor.notifications() if "pynvim" in n])
+    assert ":SidekickInstall" in notes[0]
+    assert "status=" not in editor.text()
+
+
+def test_dead_host_is_reported_once_and_replaced(editor):
+    editor.setup()
+    editor.open_chat(CHAT)
+    editor.run_tool(5)
+    editor.wait_text("```result id=c1 status=completed exit=0")
+    first = host_pid(editor)
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: any("Python host exited" in n for n in editor.notifications()))
+    wait_for(lambda: editor.lua("return require('sidekick_tools.host').running()") is False)
+    exits = [n for n in editor.notifications() if "Python host exited" in n]
+    assert len(exits) == 1
+    assert "next command starts a new one" in exits[0]
+    # the next command starts a new host, which works
+    editor.nvim.command("call cursor(5, 1) | SidekickRunTool")
+    wait_for(lambda: host_pid(editor) not in (None, first))
+    editor.wait_text("```result id=c1 status=completed exit=0")
+    assert len([n for n in editor.notifications() if "Python host exited" in n]) == 1
+
+
+def test_plugin_loaded_after_start_up_like_a_lazy_loader(tmp_path, monkeypatch):
+    """Load the plugin only when a command is first needed (lazy.nvim's `cmd`)."""
+    import pynvim
+
+    from tests.integration.conftest import ROOT, Editor, nvim_binary
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xs"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xd"))
+    work = tmp_path / "w"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    nvim = pynvim.attach("child", argv=[nvim_binary(), "--embed", "--headless", "--clean", "-n"])
+    try:
+        ed = Editor(nvim, work, tmp_path / "state")
+        ed.open_chat(CHAT)  # opened before the plugin exists
+        assert ed.lua("return vim.fn.exists(':SidekickRunTool')") == 0
+        nvim.command(f"set runtimepath^={ROOT} | runtime plugin/sidekick_tools.lua")
+        ed.setup()
+        nvim.command("call cursor(5, 1) | SidekickRunTool")
+        ed.wait_text("```result id=c1 status=completed exit=0")
+        maps = ed.lua("return vim.fn.maparg('<leader>sr', 'n', false, true).buffer")
+        assert maps == 1  # setup() gave the already-open chat its keymaps
+    finally:
+        try:
+            nvim.command("qall!")
+        except Exception:
+            pass
+
+
+def test_checkhealth_reports_interpreter_and_storage(editor):
+    editor.setup()
+    editor.open_chat(CHAT)
+    editor.run_tool(5)
+    editor.wait_text("```result id=c1 status=completed exit=0")
+    editor.nvim.command("checkhealth sidekick_tools")
+    text = "\n".join(editor.nvim.current.buffer[:])
+    assert "Neovim" in text
+    assert sys.executable in text
+    assert "with pynvim" in text
+    assert "host running" in text
+    assert "task store: sqlite" in text
+    assert "ERROR" not in text
+
+
+def test_setup_rejects_wrong_types(editor):
+    err = editor.lua(
+        "local setup = require('sidekick_tools').setup\n"
+        "local ok, e = pcall(setup, { tasks = { max_concurrent = 'x' } })\n"
+        "return e"
+    )
+    assert "tasks.max_concurrent must be number" in err
+    err = editor.lua(
+        "local ok, e = pcall(require('sidekick_tools').setup, { agents = { a = { cmd = {} } } })\n"
+        "return e"
+    )
+    assert "agents.a.cmd" in err
+
+
+def test_keymaps_are_buffer_local_and_configurable(editor):
+    editor.setup(keymaps={"run_tool": "<F5>", "halt": False})
+    editor.open_chat(CHAT)
+    assert editor.lua("return vim.fn.maparg('<F5>', 'n', false, true).buffer") == 1
+    assert editor.lua("return vim.fn.maparg('<leader>sh', 'n')") == ""
+    editor.nvim.command("enew")
+    assert editor.lua("return vim.fn.maparg('<F5>', 'n')") == ""
+    editor.nvim.command("buffer chat.sidekick.md")
+    editor.nvim.command("call cursor(5, 1)")
+    editor.nvim.feedkeys(editor.nvim.replace_termcodes("<F5>", True, False, True), "x", False)
+    editor.wait_text("```result id=c1 status=completed exit=0")
+
+
+@pytest.mark.skipif(os.environ.get("SIDEKICK_SKIP_INSTALL_TEST") == "1", reason="opted out")
+def test_sidekick_install_creates_a_working_venv(editor):
+    editor.lua(
+        "_G.__install = nil\n"
+        "require('sidekick_tools.install').run(function(ok, msg) _G.__install = { ok, msg } end)"
+    )
+    res = wait_for(lambda: editor.lua("return _G.__install"), timeout=240)
+    assert res[0] is True, res[1]
+    venv_python = editor.lua("return require('sidekick_tools.host').venv_python()")
+    assert Path(venv_python).exists()
+    # with no python configured, the plugin now uses that venv
+    editor.lua("require('sidekick_tools').setup({ state_dir = ... })", str(editor.state_dir))
+    assert editor.lua("return require('sidekick_tools.host').find_python()") == venv_python
+    editor.open_chat(CHAT)
+    editor.run_tool(5)
+    editor.wait_text("```result id=c1 status=completed exit=0", timeout=60)
