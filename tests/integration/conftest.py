@@ -95,16 +95,7 @@ class Editor:
         return self.lua("return _G.__notes or {}")
 
 
-@pytest.fixture
-def editor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    state_dir = tmp_path / "state"
-    for var, sub in (("XDG_STATE_HOME", "xstate"), ("XDG_DATA_HOME", "xdata")):
-        monkeypatch.setenv(var, str(tmp_path / sub))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xconfig"))
-    monkeypatch.setenv("SIDEKICK_ROOT", str(ROOT))
-    monkeypatch.chdir(workdir)
+def start_nvim(workdir: Path, state_dir: Path) -> Editor:
     argv = [
         nvim_binary(),
         "--embed",
@@ -118,14 +109,45 @@ def editor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     ed = Editor(nvim, workdir, state_dir)
     # record vim.notify calls so tests can assert on what the user was told
     ed.lua("_G.__notes = {}\nvim.notify = function(msg, level) table.insert(_G.__notes, msg) end")
+    return ed
+
+
+def quit_nvim(ed: Editor) -> None:
     try:
-        yield ed
+        ed.nvim.command("qall!")
+    except Exception:
+        pass
+    try:
+        ed.nvim.close()
+    except Exception:
+        pass
+
+
+@pytest.fixture
+def editors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Start Neovims sharing one work dir and state dir: `editors()` → Editor."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    state_dir = tmp_path / "state"
+    for var, sub in (("XDG_STATE_HOME", "xstate"), ("XDG_DATA_HOME", "xdata")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xconfig"))
+    monkeypatch.setenv("SIDEKICK_ROOT", str(ROOT))
+    monkeypatch.chdir(workdir)
+    started: list[Editor] = []
+
+    def start() -> Editor:
+        ed = start_nvim(workdir, state_dir)
+        started.append(ed)
+        return ed
+
+    try:
+        yield start
     finally:
-        try:
-            nvim.command("qall!")
-        except Exception:
-            pass
-        try:
-            nvim.close()
-        except Exception:
-            pass
+        for ed in started:
+            quit_nvim(ed)
+
+
+@pytest.fixture
+def editor(editors: Any) -> Any:
+    return editors()

@@ -358,7 +358,11 @@ class CallRunner:
     def _mark_done(self, tracked: Tracked, result: ToolResult) -> None:
         detail = _detail(result)
         if result.status == "running":
-            self._emit_state(tracked, "running", detail=None, started_at=self._started(tracked))
+            task = self.tasks.get(tracked.token) if tracked.token else None
+            if task is not None and _status(task) == "queued":
+                self._emit_state(tracked, "queued", ahead=self.tasks.queue_position(task.id))
+            else:
+                self._emit_state(tracked, "running", started_at=self._started(tracked))
         else:
             tracked.done = True
             self._emit_state(tracked, result.status, detail=detail)
@@ -401,6 +405,8 @@ class CallRunner:
                 "task": task.to_dict(),
             }
         )
+        if event.kind in ("started", "finished"):
+            self._refresh_queue()
         tracked = self._tracked_for(task)
         if tracked is None:
             return
@@ -419,6 +425,14 @@ class CallRunner:
             )
         elif event.kind == "finished" and tracked.background and not tracked.finishing:
             self._spawn(self._finish_background(tracked, task))
+
+    def _refresh_queue(self) -> None:
+        """The queue moved: each queued call's "N ahead" changes."""
+        for tracked in self.tracked.values():
+            if tracked.state == "queued" and tracked.token:
+                ahead = self.tasks.queue_position(tracked.token)
+                if ahead is not None:
+                    self._emit_state(tracked, "queued", ahead=ahead)
 
     def _tracked_for(self, task: Any) -> Tracked | None:
         for tracked in self.tracked.values():

@@ -1,0 +1,297 @@
+"""Background tasks through the chat buffer: hybrid execution, completion notices,
+halt, timeout, the concurrency limit, and recovery after the host or Neovim dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.integration.conftest import quit_nvim
+
+pytestmark = pytest.mark.integration
+
+HEAD = "USER: go\n\nASSISTANT: On it.\n\n"
+
+
+def call(call_id: str, command: str, **extra) -> str:
+    params = {"command": command, **extra}
+    return f"```tool run_terminal_command id={call_id}\n{json.dumps(params)}\n```\n"
+
+
+def wait_cmd(marker: Path, then: str = "echo done") -> str:
+    return f"while [ ! -e {marker} ]; do sleep 0.05; done; {then}"
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(entry))
+    return out
+
+
+def task_of(editor, call_id: str) -> dict:
+    tasks = editor.lua("return require('sidekick_tools').list_tasks({ all = true })")
+    return next(t for t in tasks if t["call_id"] == call_id)
+
+
+def test_task_outliving_the_threshold_goes_background_then_fills_in(editor):
+    editor.setup(tasks={"hybrid_threshold": 0.3})
+    marker = editor.workdir / "release"
+    editor.open_chat(HEAD + call("bg", wait_cmd(marker, "echo '[RESULT] all good'")))
+    editor.run_tool(5)
+    text = editor.wait_text("```result id=bg status=running task=")
+    token = task_of(editor, "bg")["id"]
+    assert f"status=running task={token}" in text
+    assert "await_task" in text and "halt" in text
+    # the user starts typing a reply meanwhile
+    editor.wait_diag(4, "⟳ run_terminal_command (running")
+    assert editor.lines()[-1] == "USER: "
+    editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: still typing here'})")
+    marker.write_text("")
+    out = editor.wait_text("```result id=bg status=completed exit=0")
+    lines = out.split("\n")
+    # the block was replaced in place (one result block only)
+    assert sum(1 for line in lines if line.startswith("```result id=bg")) == 1
+    # the notice is a USER message inserted before what the user is typing
+    assert lines[-1] == "USER: still typing here"
+    notice = next(
+        i for i, line in enumerate(lines) if line.startswith(f"USER: [sidekick task {token}")
+    )
+    assert notice < len(lines) - 1
+    body = "\n".join(lines[notice + 2 : lines.index("```", notice + 2)])
+    payload = json.loads(body)
+    assert payload["id"] == token
+    assert payload["status"] == "completed"
+    assert payload["exit_code"] == 0
+    assert "[RESULT] all good" in payload["output"]
+    assert payload["log"].endswith("/stdout")
+    for key in ("started_at", "ended_at", "duration_seconds"):
+        assert key in payload
+    editor.wait_diag(4, "✓ run_terminal_command")
+
+
+def test_async_true_returns_the_token_at_once(editor):
+    editor.setup()
+    marker = editor.workdir / "m"
+    editor.open_chat(HEAD + call("a", wait_cmd(marker), **{"async": True}))
+    editor.run_tool(5)
+    editor.wait_text("```result id=a status=running task=")
+    marker.write_text("")
+    editor.wait_text("```result id=a status=completed exit=0")
+
+
+def test_halt_kills_a_tree_that_ignores_sigterm(editor):
+    editor.setup(tasks={"halt_grace": 0.5, "hybrid_threshold": 0.2})
+    script = "trap '' TERM; echo partial; sleep 1000 & sleep 1000 & wait"
+    editor.open_chat(HEAD + call("h", script))
+    editor.run_tool(5)
+    editor.wait_text("```result id=h status=running task=")
+    task = task_of(editor, "h")
+    pgid = task["pid"]
+    wait_for(lambda: len(group_members(pgid)) >= 3)
+    res = editor.lua("return require('sidekick_tools').halt(...)", task["id"])
+    assert res["status"] == "cancelled"
+    wait_for(lambda: group_members(pgid) == [])
+    out = editor.wait_text("```result id=h status=cancelled")
+    assert "partial" in out  # partial output stays readable
+    editor.wait_diag(4, "⊘ run_terminal_command")
+
+
+def test_halt_the_call_under_the_cursor(editor):
+    editor.setup(tasks={"halt_grace": 0.5, "hybrid_threshold": 0.2})
+    editor.open_chat(HEAD + call("hc", "sleep 1000"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=hc status=running task=")
+    editor.nvim.command("call cursor(6, 1) | SidekickHalt")
+    editor.wait_text("```result id=hc status=cancelled")
+
+
+def test_timeout_fails_the_task_and_keeps_partial_output(editor):
+    editor.setup()
+    editor.open_chat(HEAD + call("t", "echo before; sleep 100", timeout_seconds=0.5))
+    editor.run_tool(5)
+    out = editor.wait_text("```result id=t status=failed")
+    header = next(line for line in out.split("\n") if line.startswith("```result id=t"))
+    assert "reason=timeout" in header
+    assert "before" in out
+    d = editor.wait_diag(4, "✗ run_terminal_command")
+    assert "timeout" in d["message"]
+
+
+def test_twenty_tasks_against_max_concurrent_five(editor):
+    editor.setup(tasks={"max_concurrent": 5})
+    marker = editor.workdir / "open"
+    blocks = [call(f"q{i:02d}", wait_cmd(marker), **{"async": True}) for i in range(20)]
+    editor.open_chat(HEAD + "\n".join(blocks))
+    editor.nvim.command("SidekickRunTools")
+    wait_for(lambda: editor.text().count("status=running task=") == 20)
+
+    def counts():
+        tasks = editor.lua("return require('sidekick_tools').list_tasks({ limit = 50 })")
+        return [t["status"] for t in tasks]
+
+    statuses = wait_for(lambda: counts() if counts().count("running") == 5 else None)
+    assert statuses.count("queued") == 15
+    queued = [d for d in editor.diagnostics() if d["message"].startswith("⧗")]
+    assert queued and "ahead" in queued[0]["message"]
+    marker.write_text("")
+    wait_for(lambda: editor.text().count("status=completed exit=0") == 20, timeout=60)
+    assert max_running_seen(editor) <= 5
+
+
+def max_running_seen(editor) -> int:
+    # every task's [started_at, ended_at] interval: the overlap never exceeds 5
+    tasks = editor.lua("return require('sidekick_tools').list_tasks({ limit = 50 })")
+    events = []
+    for t in tasks:
+        events.append((t["started_at"], 1))
+        events.append((t["ended_at"], -1))
+    level = peak = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def test_host_killed_while_five_tasks_run_nothing_is_lost(editor):
+    editor.setup(tasks={"hybrid_threshold": 0.2})
+    early, late = editor.workdir / "early", editor.workdir / "late"
+    blocks = [
+        call(f"k{i}", wait_cmd(early if i < 2 else late, f"exit {i + 3}"), **{"async": True})
+        for i in range(5)
+    ]
+    editor.open_chat(HEAD + "\n".join(blocks))
+    editor.nvim.command("SidekickRunTools")
+    wait_for(lambda: editor.text().count("status=running task=") == 5)
+    pid = editor.lua("return vim.fn.jobpid(require('sidekick_tools.host').channel())")
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: editor.lua("return require('sidekick_tools.host').running()") is False)
+    # two tasks end while no host runs: their wrappers record the exit on disk
+    early.write_text("")
+    log_dirs = [Path(p) for p in editor.state_dir.glob("tasks/*")]
+    wait_for(lambda: sum((d / "exit").exists() for d in log_dirs) == 2)
+    # any command starts a new host; it applies recorded exits and reattaches the rest
+    editor.lua("return require('sidekick_tools').list_tasks()")
+    for i in range(2):
+        editor.wait_text(f"```result id=k{i} status=failed exit={i + 3}", timeout=30)
+    assert [t["status"] for t in editor.lua("return require('sidekick_tools').list_tasks()")].count(
+        "running"
+    ) == 3
+    late.write_text("")
+    for i in range(2, 5):
+        editor.wait_text(f"```result id=k{i} status=failed exit={i + 3}", timeout=30)
+    tasks = editor.lua("return require('sidekick_tools').list_tasks({ limit = 10 })")
+    assert sorted(t["exit_code"] for t in tasks) == [3, 4, 5, 6, 7]
+    assert all(t["status"] == "failed" and t["reason"] == "exit" for t in tasks)
+
+
+def test_reopened_chat_is_filled_in_when_its_task_ends(editors):
+    first = editors()
+    first.setup(tasks={"kill_on_exit": False, "hybrid_threshold": 0.2})
+    marker = first.workdir / "later"
+    path = first.workdir / "chat.sidekick.md"
+    first.open_chat(HEAD + call("r", wait_cmd(marker, "echo came back")))
+    first.run_tool(5)
+    first.wait_text("```result id=r status=running task=")
+    first.nvim.command("write")
+    token = task_of(first, "r")["id"]
+    quit_nvim(first)
+    # the task survived Neovim (kill_on_exit = false)
+    second = editors()
+    second.setup(tasks={"kill_on_exit": False})
+    second.nvim.command(f"edit {path}")
+    assert f"status=running task={token}" in second.text()
+    marker.write_text("")
+    out = second.wait_text("```result id=r status=completed exit=0")
+    assert "came back" in out
+    assert f"USER: [sidekick task {token} completed]" in out
+
+
+def test_task_that_ended_while_neovim_was_closed(editors):
+    first = editors()
+    first.setup(tasks={"kill_on_exit": False, "hybrid_threshold": 0.2})
+    marker = first.workdir / "x"
+    path = first.workdir / "chat.sidekick.md"
+    first.open_chat(HEAD + call("c", wait_cmd(marker, "echo while-closed")))
+    first.run_tool(5)
+    first.wait_text("```result id=c status=running task=")
+    first.nvim.command("write")
+    log_dir = Path(task_of(first, "c")["log_dir"])
+    quit_nvim(first)
+    marker.write_text("")
+    wait_for(lambda: (log_dir / "exit").exists())
+    second = editors()
+    second.setup()
+    second.nvim.command(f"edit {path}")
+    out = second.wait_text("```result id=c status=completed exit=0")
+    assert "while-closed" in out
+
+
+def test_kill_on_exit_leaves_no_orphans(editors):
+    ed = editors()
+    ed.setup(tasks={"hybrid_threshold": 0.2})
+    ed.open_chat(HEAD + call("o", "sleep 1000 & sleep 1000; wait"))
+    ed.run_tool(5)
+    ed.wait_text("```result id=o status=running task=")
+    pgid = task_of(ed, "o")["pid"]
+    wait_for(lambda: len(group_members(pgid)) >= 2)
+    quit_nvim(ed)
+    wait_for(lambda: group_members(pgid) == [])
+    db = sqlite3.connect(ed.state_dir / "tasks.db")
+    (status,) = db.execute("select status from tasks").fetchone()
+    assert status == "cancelled"
+
+
+def test_two_neovims_share_one_database(editors):
+    a = editors()
+    a.setup(tasks={"hybrid_threshold": 0.2})
+    marker = a.workdir / "go"
+    a.open_chat(HEAD + call("a1", wait_cmd(marker)), name="a.sidekick.md")
+    a.run_tool(5)
+    a.wait_text("```result id=a1 status=running task=")
+    b = editors()
+    b.setup(tasks={"hybrid_threshold": 0.2})
+    b.open_chat(HEAD + call("b1", "echo from-b"), name="b.sidekick.md")
+    b.run_tool(5)
+    b.wait_text("```result id=b1 status=completed exit=0")
+    # each sees its own tasks; `all` shows both; b's host left a's running task alone
+    assert [t["call_id"] for t in b.lua("return require('sidekick_tools').list_tasks()")] == ["b1"]
+    everyone = b.lua("return require('sidekick_tools').list_tasks({ all = true })")
+    assert {t["call_id"] for t in everyone} == {"a1", "b1"}
+    assert task_of(a, "a1")["status"] == "running"
+    marker.write_text("")
+    a.wait_text("```result id=a1 status=completed exit=0")
+
+
+def test_corrupt_database_falls_back_to_memory(editor):
+    editor.state_dir.mkdir(parents=True)
+    (editor.state_dir / "tasks.db").write_bytes(b"this is not a database" * 100)
+    editor.setup()
+    editor.open_chat(HEAD + call("m", "echo still-works"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=m status=completed exit=0")
+    notes = wait_for(lambda: [n for n in editor.notifications() if "tasks.db" in n])
+    assert "memory" in notes[0]
+
+
+def test_memory_store_option(editor):
+    editor.setup(tasks={"store": "memory"})
+    editor.open_chat(HEAD + call("mm", "echo mem"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=mm status=completed exit=0")
+    assert not (editor.state_dir / "tasks.db").exists()
