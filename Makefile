@@ -7,6 +7,9 @@ NVIM := $(VENV)/bin/nvim
 STYLUA := node_modules/.bin/stylua
 HEADLESS ?=
 PYTEST_ARGS ?=
+# folders to lint; $(wildcard) so a folder that does not exist yet is no error
+PY_SRC := $(wildcard rplugin tests bench examples)
+LUA_SRC := $(wildcard lua plugin tests bench examples)
 
 .PHONY: setup test lint format demo bench clean
 
@@ -25,14 +28,14 @@ $(STYLUA): package.json
 	touch $@
 
 lint: setup $(STYLUA)
-	$(VENV)/bin/ruff check rplugin tests bench
-	$(VENV)/bin/ruff format --check rplugin tests bench
-	$(STYLUA) --check lua plugin tests bench
+	$(VENV)/bin/ruff check $(PY_SRC)
+	$(VENV)/bin/ruff format --check $(PY_SRC)
+	$(STYLUA) --check $(LUA_SRC)
 
 format: setup $(STYLUA)
-	$(VENV)/bin/ruff check --fix rplugin tests bench
-	$(VENV)/bin/ruff format rplugin tests bench
-	$(STYLUA) lua plugin tests bench
+	$(VENV)/bin/ruff check --fix $(PY_SRC)
+	$(VENV)/bin/ruff format $(PY_SRC)
+	$(STYLUA) $(LUA_SRC)
 
 test: setup lint
 	rm -f .coverage .coverage.*
@@ -43,7 +46,8 @@ demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HEADLESS=$(HEADLESS) $(PY) examples/demo.py
 
 bench: setup
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/run.py
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules .coverage .coverage.* .pytest_cache .ruff_cache

@@ -64,6 +64,7 @@ class CallRunner:
         self.tracked: dict[tuple[int, str], Tracked] = {}
         self._marks = itertools.count(1)
         self._scan_timers: dict[int, asyncio.TimerHandle] = {}
+        self._scanned: dict[int, list[dict[str, Any]]] = {}  # last scan sent, per buffer
         self._bg: set[asyncio.Task[Any]] = set()
         tasks.subscribe(self._on_task_event)
         port.on_buffer_change = self.schedule_scan
@@ -479,6 +480,9 @@ class CallRunner:
         if mirror is None:
             return
         items = scan_items(mirror.chat(), {cid for (b, cid) in self.tracked if b == buf})
+        if items == self._scanned.get(buf):
+            return  # typing inside a message changes no call's state: Neovim redraws nothing
+        self._scanned[buf] = items
         self.port.emit({"type": "scan", "buf": buf, "items": items})
 
     # -- state & helpers ------------------------------------------------------------------
