@@ -174,16 +174,8 @@ class Host:
         }
 
     def rpc_list_tasks(self, opts: dict[str, Any] | None = None) -> Any:
+        status, owner = self._task_filter(opts)
         opts = dict(opts or {})
-        status = opts.get("status") or None
-        if status == "all":
-            status = None
-        if status is not None and status not in LIST_STATUSES:
-            raise UserError(
-                f"sidekick_tools: unknown status {status!r}; use one of "
-                + ", ".join((*LIST_STATUSES, "all"))
-            )
-        owner = None if (opts.get("all") or opts.get("status") == "all") else self.owner
         tasks = self.tasks.list(
             status=status,
             owner=owner,
