@@ -295,3 +295,22 @@ def test_memory_store_option(editor):
     editor.run_tool(5)
     editor.wait_text("```result id=mm status=completed exit=0")
     assert not (editor.state_dir / "tasks.db").exists()
+
+
+def test_locked_database_falls_back_to_memory(editor):
+    editor.state_dir.mkdir(parents=True)
+    holder = sqlite3.connect(editor.state_dir / "tasks.db", isolation_level=None)
+    holder.execute("PRAGMA journal_mode = WAL")
+    holder.execute("CREATE TABLE squatter (x)")
+    holder.execute("BEGIN EXCLUSIVE")  # another program holds the database
+    try:
+        editor.setup()
+        editor.open_chat(HEAD + call("l", "echo despite-the-lock"))
+        editor.run_tool(5)
+        editor.wait_text("```result id=l status=completed exit=0", timeout=30)
+        notes = wait_for(lambda: [n for n in editor.notifications() if "tasks.db" in n])
+        assert "locked" in notes[0]
+        assert "memory" in notes[0]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()

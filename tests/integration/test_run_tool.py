@@ -169,3 +169,40 @@ def test_deleting_a_running_block_writes_nothing_back(editor):
     )
     assert editor.lines() == after_delete
     assert "done-it" not in editor.text()
+
+
+def test_long_output_keeps_the_tail_and_names_the_log(editor):
+    editor.setup(result={"max_lines": 5})
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": "seq 1 50"})))
+    editor.run_tool(5)
+    text = editor.wait_text("```result id=call_01 status=completed exit=0")
+    lines = text.split("\n")
+    start = lines.index(next(x for x in lines if x.startswith("```result id=call_01")))
+    body = lines[start + 1 : lines.index("```", start + 1)]
+    assert body[-5:] == ["46", "47", "48", "49", "50"]
+    assert "45" not in body
+    note = body[0]
+    assert "truncated" in note
+    log = re.search(r"(/\S+/stdout)", note).group(1)
+    with open(log) as f:
+        assert f.read().split() == [str(i) for i in range(1, 51)]
+
+
+def test_help_tags_resolve(editor, tmp_path):
+    import shutil
+
+    from tests.integration.conftest import ROOT
+
+    doc = tmp_path / "rtp" / "doc"
+    shutil.copytree(ROOT / "doc", doc)
+    editor.nvim.command(f"helptags {doc}")  # fails on duplicate tags
+    editor.nvim.command(f"set runtimepath^={doc.parent}")
+    for tag in (
+        "sidekick_tools",
+        ":SidekickRunTool",
+        "sidekick_tools-config",
+        "sidekick_tools.setup()",
+    ):
+        editor.nvim.command(f"help {tag}")
+        assert editor.lua("return vim.bo.filetype") == "help"
+        editor.nvim.command("helpclose")
