@@ -8,7 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import list_directory, read_files, replace_in_file, run_terminal_command, write_file
+from . import (
+    await_task,
+    halt_task,
+    list_directory,
+    list_tasks,
+    read_files,
+    replace_in_file,
+    run_terminal_command,
+    task_output,
+    task_status,
+    use_agent,
+    write_file,
+)
 from .base import Tool, ToolContext, ToolResult
 from .schema import validate
 
@@ -18,6 +30,12 @@ _TOOLS: tuple[Tool, ...] = (
     list_directory.TOOL,
     write_file.TOOL,
     replace_in_file.TOOL,
+    use_agent.TOOL,
+    await_task.TOOL,
+    halt_task.TOOL,
+    task_status.TOOL,
+    task_output.TOOL,
+    list_tasks.TOOL,
 )
 
 REGISTRY: dict[str, Tool] = {tool.name: tool for tool in _TOOLS}

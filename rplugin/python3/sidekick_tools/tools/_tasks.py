@@ -1,0 +1,145 @@
+"""Helpers shared by the task tools (await_task, halt_task, task_status,
+task_output, list_tasks) and use_agent: token checks, JSON answers, log tails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from ..tasks.model import is_token
+from ..tasks.output import clean, summary_of, tail_bytes
+from .base import ToolResult
+
+NOT_FOUND = "Task ID not found or expired."
+TERMINAL = ("completed", "failed", "cancelled")
+
+TOKEN_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 64,
+    "description": "The task's token (6 lowercase hex characters, e.g. a1b2c3).",
+}
+
+
+def status_of(task: Any) -> str:
+    status = task.status
+    return str(getattr(status, "value", status))
+
+
+def answer(payload: dict[str, Any]) -> str:
+    """A JSON object, pretty-printed: the body of every task tool's answer."""
+    return json.dumps(payload, indent=2, ensure_ascii=False)
+
+
+def normalize_token(raw: Any) -> str:
+    return raw.strip().lower() if isinstance(raw, str) else ""
+
+
+def bad_token(raw: Any) -> str | None:
+    """None when ``raw`` looks like a task token, else the sentence saying why not."""
+    token = normalize_token(raw)
+    if is_token(token):
+        return None
+    return (
+        f"{NOT_FOUND} {json.dumps(raw) if isinstance(raw, str) else raw!r} is not a task "
+        "token: tokens are 6 lowercase hex characters (e.g. a1b2c3), as given by "
+        "run_terminal_command, use_agent or list_tasks."
+    )
+
+
+def not_found(token: str, extra: dict[str, Any] | None = None) -> ToolResult:
+    payload: dict[str, Any] = {"task": token, "status": "not_found", "error": NOT_FOUND}
+    payload.update(extra or {})
+    return ToolResult.fail(answer(payload), reason="not_found")
+
+
+def lookup(ctx: Any, raw: Any) -> tuple[str, Any, ToolResult | None]:
+    """(token, task, None) for a known task, else (token, None, failed result)."""
+    token = normalize_token(raw)
+    problem = bad_token(raw)
+    if problem:
+        return token, None, ToolResult.fail(problem, reason="not_found")
+    task = ctx.tasks.get(token)
+    if task is None:
+        return token, None, not_found(token)
+    return token, task, None
+
+
+def summary(task: Any) -> str:
+    """What the task produced, for the LLM: the stored summary (the manager's:
+    last ``[RESULT]`` section, else what follows the last ``> `` prompt, else the
+    tail; ANSI stripped), computed from the log's tail when none is stored."""
+    stored = getattr(task, "summary", None)
+    if stored:
+        return str(stored)
+    path = getattr(task, "log_path", None)
+    if not path:
+        return ""
+    from ..tasks.output import decode
+
+    return summary_of(decode(tail_bytes(path, 64 * 1024)))
+
+
+def tail_text(path: str | None, max_lines: int = 30, max_bytes: int = 8192) -> str:
+    """The last lines of a log (ANSI stripped), bounded in lines and bytes."""
+    if not path:
+        return ""
+    data = tail_bytes(path, max_bytes)
+    if not data:
+        return ""
+    text = clean(data.decode("utf-8", errors="replace"))
+    size = _size(path)
+    if size > len(data) and "\n" in text:  # cut: drop the partial first line
+        text = text.split("\n", 1)[1]
+    lines = text.rstrip("\n").split("\n")
+    return "\n".join(lines[-max_lines:]).strip("\n")
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts))
+
+
+def age(seconds: float) -> str:
+    """Short human age: 42s, 3m12s, 2h05m, 3d04h."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def elapsed(task: Any, now: float | None = None) -> float:
+    start = getattr(task, "started_at", None)
+    if start is None:
+        return 0.0
+    end = getattr(task, "ended_at", None)
+    return max(0.0, (end if end is not None else (now or time.time())) - start)
+
+
+def mark_read(ctx: Any, token: str) -> None:
+    """The task's result reached the LLM (lets retention treat it as read)."""
+    try:
+        ctx.tasks.mark_read(token)
+    except Exception:  # bookkeeping only: never fail the call for it
+        pass
+
+
+def agent_of(task: Any) -> str | None:
+    env = getattr(task, "env", None) or {}
+    name = env.get("SIDEKICK_AGENT") if isinstance(env, dict) else None
+    return str(name) if name else None

@@ -1,0 +1,138 @@
+"""list_tasks: this Neovim's tasks, grouped: running (queued included),
+completed (the most recent), failed (cancelled included).
+
+Scope: the tasks owned by this Neovim instance (``ctx.tasks.owner``), which
+includes tasks it adopted after a host restart; tasks of other Neovim
+instances sharing the database are not listed (``:SidekickTasks all`` shows
+those). ``status`` narrows to one group (``running``, ``completed``,
+``failed``; ``queued`` and ``cancelled`` narrow further; ``all`` is the
+default). Each group lists at most `PER_GROUP` tasks, newest first, and says
+how many more exist.
+
+Body (plain text)::
+
+    Running (1):
+      a1b2c3  use_agent(reviewer)  "reviewer: check the diff"  running 12s, 40% step
+    Completed, most recent first (1):
+      d4e5f6  run_terminal_command  "make"  ended 3m05s ago, exit 0, took 2s
+    Failed (0): none
+    Read new output with task_output {"task": "TOKEN"}, wait with await_task, stop a
+    running task with halt_task {"task": "TOKEN"}.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from . import _tasks
+from .base import ToolContext, ToolResult
+from .schema import validate
+
+PER_GROUP = 20
+LABEL_CHARS = 60
+
+GROUPS = (
+    ("running", "Running", ("running", "queued")),
+    ("completed", "Completed, most recent first", ("completed",)),
+    ("failed", "Failed or cancelled", ("failed", "cancelled")),
+)
+NARROW = {"queued": ("running", ("queued",)), "cancelled": ("failed", ("cancelled",))}
+
+CLOSING = (
+    'Read a task\'s new output with task_output {"task": "TOKEN"}, wait for it with '
+    'await_task {"task": "TOKEN"}, stop a running one with halt_task {"task": "TOKEN"}.'
+)
+
+
+class ListTasks:
+    name = "list_tasks"
+    description = "This Neovim's tasks grouped by status, with token, tool or agent, label, age."
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "status": {
+                "type": "string",
+                "enum": ["all", "running", "queued", "completed", "failed", "cancelled"],
+                "description": "Only this group (default all).",
+            }
+        },
+        "required": [],
+        "additionalProperties": False,
+    }
+
+    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
+        return True
+
+    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        err = validate(self.schema, params)
+        if err:
+            return ToolResult.fail(err)
+        wanted = params.get("status") or "all"
+        owner = getattr(ctx.tasks, "owner", None) or None
+        now = time.time()
+        groups = []
+        for key, title, statuses in GROUPS:
+            if wanted in NARROW:
+                if NARROW[wanted][0] != key:
+                    continue
+                statuses = NARROW[wanted][1]
+            elif wanted not in ("all", key):
+                continue
+            try:
+                tasks = ctx.tasks.list(status=set(statuses), owner=owner, limit=PER_GROUP)
+                total = ctx.tasks.count(status=set(statuses), owner=owner)
+            except Exception as e:  # store trouble: say so rather than crash
+                return ToolResult.fail(f"could not list tasks: {e}")
+            groups.append(_group(ctx, title, tasks, total, now))
+        lines = [line for group in groups for line in group]
+        lines.append(CLOSING)
+        return ToolResult.ok("\n".join(lines))
+
+
+def _group(ctx: Any, title: str, tasks: list[Any], total: int, now: float) -> list[str]:
+    if not tasks:
+        return [f"{title} (0): none"]
+    out = [f"{title} ({total}):"]
+    for task in tasks:
+        out.append("  " + _row(ctx, task, now))
+    if total > len(tasks):
+        out.append(f"  ... {total - len(tasks)} older not shown")
+    return out
+
+
+def _row(ctx: Any, task: Any, now: float) -> str:
+    agent = _tasks.agent_of(task)
+    tool = f"{task.tool}({agent})" if agent else str(task.tool)
+    label = " ".join(str(task.label or task.command or "").split())
+    if len(label) > LABEL_CHARS:
+        label = label[: LABEL_CHARS - 1] + "…"
+    return f"{task.id}  {tool}  {json.dumps(label, ensure_ascii=False)}  {_state(ctx, task, now)}"
+
+
+def _state(ctx: Any, task: Any, now: float) -> str:
+    state = _tasks.status_of(task)
+    if state == "queued":
+        ahead = ctx.tasks.queue_position(task.id) if hasattr(ctx.tasks, "queue_position") else None
+        waiting = _tasks.age(now - (task.created_at or now))
+        return f"queued {waiting}" + (f" ({ahead} ahead)" if ahead else "")
+    if state == "running":
+        text = f"running {_tasks.age(_tasks.elapsed(task, now))}"
+        if task.progress is not None:
+            text += f", {task.progress}%"
+        if task.progress_text:
+            text += f" {task.progress_text}"
+        return text
+    ended = task.ended_at or task.created_at or now
+    text = f"{state} {_tasks.age(now - ended)} ago"
+    if task.exit_code is not None:
+        text += f", exit {task.exit_code}"
+    if state != "completed" and task.reason and task.reason not in ("exit", state):
+        text += f" ({task.reason})"
+    if task.started_at is not None:
+        text += f", took {_tasks.age(_tasks.elapsed(task))}"
+    return text
+
+
+TOOL = ListTasks()

@@ -1,0 +1,72 @@
+"""task_status: how a task stands, at once (no waiting). The four shapes of DESIGN §7::
+
+    {"status": "running", "elapsed_seconds": 12.3}
+    {"status": "running", "elapsed_seconds": 0, "queued": true}     # queued
+    {"status": "completed", "result": "<summary>"}
+    {"status": "failed", "error": "exit 2: <summary>"}
+    {"status": "not_found", "error": "Task ID not found or expired."}
+
+A cancelled (halted) task answers the ``failed`` shape with an error starting
+``cancelled``: the four shapes are the contract, and for the caller a halted
+task is one that did not produce its result. The call is ``completed`` for the
+first three shapes and ``failed`` for ``not_found`` (and for malformed tokens).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _tasks
+from .base import ToolContext, ToolResult
+from .schema import validate
+
+
+class TaskStatusTool:
+    name = "task_status"
+    description = "Status of a background task: running, completed (result) or failed (error)."
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"task": _tasks.TOKEN_SCHEMA},
+        "required": ["task"],
+        "additionalProperties": False,
+    }
+
+    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
+        return True
+
+    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        err = validate(self.schema, params)
+        if err:
+            return ToolResult.fail(err)
+        token, task, problem = _tasks.lookup(ctx, params["task"])
+        if problem is not None:
+            # A malformed token gets the same shape, its error saying what is wrong.
+            error = _tasks.bad_token(params["task"]) or _tasks.NOT_FOUND
+            body = _tasks.answer({"status": "not_found", "error": error})
+            return ToolResult.fail(body, reason="not_found")
+        return ToolResult.ok(_tasks.answer(shape(ctx, token, task)))
+
+
+def shape(ctx: Any, token: str, task: Any) -> dict[str, Any]:
+    state = _tasks.status_of(task)
+    if state == "queued":
+        return {"status": "running", "elapsed_seconds": 0, "queued": True}
+    if state == "running":
+        return {"status": "running", "elapsed_seconds": round(_tasks.elapsed(task), 1)}
+    _tasks.mark_read(ctx, token)
+    summary = _tasks.summary(task).strip("\n")
+    if state == "completed":
+        return {"status": "completed", "result": summary}
+    reason = getattr(task, "reason", None)
+    error = getattr(task, "error", None)
+    if state == "cancelled":
+        head = "cancelled" + (f" ({error})" if error and error != "cancelled" else "")
+        head += " before it finished (halted)"
+    else:
+        head = str(error or reason or "failed")
+        if reason == "timeout" and "time" not in head:
+            head = f"timed out: {head}"
+    return {"status": "failed", "error": f"{head}: {summary}" if summary else head}
+
+
+TOOL = TaskStatusTool()

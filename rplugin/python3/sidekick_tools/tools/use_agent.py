@@ -1,0 +1,200 @@
+"""use_agent: delegate a message to a configured agent CLI, run as a task.
+
+``config.agents[name].cmd`` is an argv list; every ``{message}`` inside an item
+is replaced by the message (an item may hold more text around it). When no
+item holds ``{message}``, the message is appended as the last argument. Each
+item is quoted with `shlex.quote`, so the message reaches the agent as one
+argument whatever it contains. The agent's ``env`` is added to the host's
+environment (plus ``SIDEKICK_AGENT=<name>``); it runs in the agent's ``cwd``
+(relative to the chat's directory, ``~`` expanded) or the chat's directory.
+
+Hybrid execution exactly like run_terminal_command. The result is the agent's
+summary (the manager's: ANSI stripped; the last ``[RESULT]`` section, else what
+follows the last ``> `` prompt line, else the tail), not its transcript, with
+``exit=N``; a non-zero exit is ``failed``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import Any
+
+from . import _fs, _tasks
+from . import run_terminal_command as rtc
+from .base import ToolContext, ToolResult
+from .schema import validate
+
+PLACEHOLDER = "{message}"
+LABEL_CHARS = 80
+
+_SETUP_HINT = 'setup({ agents = { name = { cmd = { "my-agent", "-p", "{message}" } } } })'
+
+
+class UseAgent:
+    name = "use_agent"
+    description = "Delegate a task to a configured agent CLI; answers with the agent's summary."
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "agent": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 200,
+                "description": "Name of a configured agent (setup({ agents = {...} })).",
+            },
+            "message": {
+                "type": "string",
+                "minLength": 1,
+                "description": "What the agent should do; passed as one argument.",
+            },
+            "async": {
+                "type": "boolean",
+                "description": "true: return the task id at once; false: wait for the end; "
+                "absent: wait up to the hybrid threshold (10 s).",
+            },
+            "timeout_seconds": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "description": "Kill the agent after this many seconds (default 1800).",
+            },
+        },
+        "required": ["agent", "message"],
+        "additionalProperties": False,
+    }
+
+    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
+        name = params.get("agent")
+        agent = ctx.config.agents.get(name) if isinstance(name, str) else None
+        return bool(agent is not None and agent.auto_accept)
+
+    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        err = validate(self.schema, params)
+        if err:
+            return ToolResult.fail(err)
+        name: str = params["agent"]
+        message: str = params["message"]
+        if not message.strip():
+            return ToolResult.fail('parameter "message": must not be blank')
+        if "\x00" in message:
+            return ToolResult.fail('parameter "message": must not contain a NUL character')
+        agents = ctx.config.agents
+        agent = agents.get(name)
+        if agent is None:
+            return ToolResult.fail(unknown_agent(name, sorted(agents)), reason="unknown_agent")
+        if not agent.cmd:
+            return ToolResult.fail(
+                f'agent "{name}" has an empty cmd; configure it as {_SETUP_HINT}',
+                reason="bad_config",
+            )
+
+        try:
+            cwd = _fs.resolve(agent.cwd, ctx.cwd) if agent.cwd else os.path.abspath(ctx.cwd)
+        except _fs.PathError as e:
+            return ToolResult.fail(f'agent "{name}": cwd {e}', reason="bad_config")
+        if not os.path.isdir(cwd):
+            what = "is not a directory" if os.path.exists(cwd) else "does not exist"
+            return ToolResult.fail(
+                f'agent "{name}": working directory {cwd} {what}', reason="bad_config"
+            )
+
+        env = {str(k): str(v) for k, v in (agent.env or {}).items()}
+        env["SIDEKICK_AGENT"] = name
+        timeout = params.get("timeout_seconds")
+        spec = rtc._make_spec(
+            tool=self.name,
+            label=label_for(name, message),
+            command=build_command(agent.cmd, message),
+            cwd=cwd,
+            env=env,
+            timeout=float(timeout) if timeout else None,
+            chat=ctx.chat,
+            call_id=ctx.call_id,
+        )
+        try:
+            task = await ctx.tasks.submit(spec)
+        except Exception as e:  # the manager refused: report, don't crash the call
+            return ToolResult.fail(f'could not start agent "{name}": {e}', reason="spawn_error")
+
+        token = str(task.id)
+        mode = params.get("async")
+        if _tasks.status_of(task) in _tasks.TERMINAL:
+            return result_from_task(task)
+        if mode is True:
+            return rtc.running_result(task)
+        threshold = None if mode is False else float(ctx.config.tasks.hybrid_threshold)
+        task = await ctx.tasks.wait(token, threshold)
+        if _tasks.status_of(task) in _tasks.TERMINAL:
+            _tasks.mark_read(ctx, token)
+            return result_from_task(task)
+        return rtc.running_result(task, waited=threshold)
+
+    def result_from_task(self, task: Any) -> ToolResult:
+        return result_from_task(task)
+
+
+def build_command(cmd: list[str], message: str) -> str:
+    """The shell command line for argv ``cmd`` with ``{message}`` substituted."""
+    argv = [str(part) for part in cmd]
+    if any(PLACEHOLDER in part for part in argv):
+        argv = [part.replace(PLACEHOLDER, message) for part in argv]
+    else:
+        argv.append(message)
+    return " ".join(shlex.quote(part) for part in argv)
+
+
+def label_for(name: str, message: str) -> str:
+    first = " ".join(message.split())
+    if len(first) > LABEL_CHARS:
+        first = first[: LABEL_CHARS - 1] + "…"
+    return f"{name}: {first}"
+
+
+def unknown_agent(name: str, known: list[str]) -> str:
+    if known:
+        return f'Unknown agent "{name}". Configured agents: {", ".join(known)}.'
+    return (
+        f'Unknown agent "{name}": no agents are configured. '
+        f"Configure one in Neovim with require('sidekick_tools').{_SETUP_HINT}"
+    )
+
+
+def result_from_task(task: Any) -> ToolResult:
+    """The result block of an agent's task: its summary, ``exit=N``, duration.
+
+    ``completed`` for exit 0, ``cancelled`` when halted, else ``failed`` (with
+    ``reason=`` when it did not simply exit: timeout, signal...).
+    """
+    state = _tasks.status_of(task)
+    if state not in _tasks.TERMINAL:
+        return rtc.running_result(task)
+    exit_code = getattr(task, "exit_code", None)
+    reason = str(getattr(task, "reason", None) or "")
+    if state == "cancelled":
+        status = "cancelled"
+    elif state == "completed" and exit_code in (0, None):
+        status = "completed"
+    else:
+        status = "failed"
+
+    fields: dict[str, Any] = {}
+    if exit_code is not None:
+        fields["exit"] = int(exit_code)
+    duration = rtc._duration(task)
+    if duration is not None:
+        fields["duration"] = round(duration, 2)
+    if status != "completed" and reason and reason != "exit":
+        fields["reason"] = re.sub(r"\s+", "_", reason.strip())
+    fields["task"] = str(task.id)
+
+    body = _tasks.summary(task).strip("\n")
+    if not body.strip():
+        body = "(the agent printed nothing)"
+    error = getattr(task, "error", None)
+    if status != "completed" and error and str(error) not in body:
+        body += f"\n[{error}]"
+    return ToolResult(status, body, fields)
+
+
+TOOL = UseAgent()

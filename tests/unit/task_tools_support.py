@@ -1,0 +1,85 @@
+"""Shared set-up for the use_agent / task tool unit tests: a real TaskManager
+(real processes, logs in tmp_path) and a ToolContext around it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from sidekick_tools.config import AgentConfig, Config, TasksConfig
+from sidekick_tools.tasks import runner
+from sidekick_tools.tasks.manager import TaskManager, TaskSpec
+from sidekick_tools.tasks.store import MemoryStore
+from sidekick_tools.tools.base import ToolContext
+
+FAKE_AGENT = str(Path(__file__).resolve().parents[1] / "integration" / "fake_agent.py")
+ME = runner.owner_token(os.getpid())
+
+
+def agent(mode: str, *extra: str, **kw: Any) -> AgentConfig:
+    cmd = [sys.executable, FAKE_AGENT, "--mode", mode, *extra, "{message}"]
+    return AgentConfig(cmd=cmd, **kw)
+
+
+def make_config(
+    agents: dict[str, AgentConfig] | None = None,
+    await_timeout: float = 5.0,
+    hybrid_threshold: float = 5.0,
+) -> Config:
+    return Config(
+        state_dir="",
+        tasks=TasksConfig(await_timeout=await_timeout, hybrid_threshold=hybrid_threshold),
+        agents=dict(agents or {}),
+    )
+
+
+def make_manager(state_dir: str, owner: str = ME, **kw: Any) -> TaskManager:
+    kw.setdefault("halt_grace", 0.5)
+    kw.setdefault("poll_interval", 0.05)
+    return TaskManager(MemoryStore(), state_dir, owner, **kw)
+
+
+def make_ctx(tmp_path: Path, manager: TaskManager, config: Config, chat: str = "chat-a"):
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return ToolContext(cwd=str(work), tasks=manager, config=config, chat=chat, call_id="c1")
+
+
+async def shell_task(manager: TaskManager, command: str, cwd: str, **kw: Any):
+    return await manager.submit(
+        TaskSpec(tool="run_terminal_command", command=command, cwd=cwd, **kw)
+    )
+
+
+async def until(pred, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        await asyncio.sleep(0.01)
+
+
+def body_json(result) -> dict:
+    """The JSON object at the start of a result body."""
+    text = result.body
+    end = text.find("\n}")
+    return json.loads(text[: end + 2] if end >= 0 else text)
+
+
+def output_part(result) -> str:
+    marker = "\n--- output ---\n"
+    return result.body.split(marker, 1)[1] if marker in result.body else ""
+
+
+def log_of(manager: TaskManager, token: str) -> str:
+    """The task's stdout so far ("" before the file exists)."""
+    path = manager.get(token).log_path
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        return ""

@@ -1,0 +1,294 @@
+"""use_agent with a real TaskManager and the fake agent CLI (real processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import sys
+
+import pytest
+from sidekick_tools import tools
+from sidekick_tools.config import AgentConfig
+from sidekick_tools.tools import use_agent as ua
+from sidekick_tools.tools.policy import decide
+
+from tests.unit.task_tools_support import (
+    FAKE_AGENT,
+    agent,
+    log_of,
+    make_config,
+    make_ctx,
+    make_manager,
+    until,
+)
+
+TOOL = ua.TOOL
+
+
+@pytest.fixture
+async def manager(tmp_path):
+    m = make_manager(str(tmp_path / "state"))
+    yield m
+    await m.shutdown(kill=True)
+
+
+def ctx_with(tmp_path, manager, **agents):
+    return make_ctx(tmp_path, manager, make_config(agents, hybrid_threshold=10.0))
+
+
+# ------------------------------------------------------------ command building
+
+
+def test_build_command_substitutes_and_quotes_every_item():
+    message = 'it\'s $(rm -rf /) `x` ; echo pwned "q" \n new line'
+    cmd = ua.build_command(["agent cli", "-p", "{message}", "--x={message}!"], message)
+    argv = shlex.split(cmd)
+    assert argv == ["agent cli", "-p", message, f"--x={message}!"]
+
+
+def test_build_command_appends_the_message_without_a_placeholder():
+    assert shlex.split(ua.build_command(["bot", "--ask"], "hi there")) == [
+        "bot",
+        "--ask",
+        "hi there",
+    ]
+
+
+def test_label_is_one_short_line():
+    label = ua.label_for("fake", "line one\nline two " + "x" * 200)
+    assert label.startswith("fake: line one line two")
+    assert "\n" not in label and len(label) <= len("fake: ") + ua.LABEL_CHARS
+
+
+# ------------------------------------------------------------ runs
+
+
+async def test_summary_is_the_last_result_section_ansi_stripped(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, fake=agent("summary"))
+    res = await TOOL.run({"agent": "fake", "message": "fix the bug"}, ctx)
+    assert res.status == "completed", res.body
+    assert res.fields["exit"] == 0
+    assert res.fields["task"]
+    assert res.body == "Done: handled 'fix the bug'\nall good"
+    assert "\x1b" not in res.body
+    assert "transcript" not in res.body
+
+
+async def test_summary_after_the_last_prompt_when_no_result_marker(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, fake=agent("prompt"))
+    res = await TOOL.run({"agent": "fake", "message": "why?", "async": False}, ctx)
+    assert res.status == "completed"
+    assert res.body == "final answer for why?"
+
+
+async def test_summary_is_the_tail_without_markers(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, fake=agent("plain"))
+    res = await TOOL.run({"agent": "fake", "message": "m"}, ctx)
+    assert res.body.splitlines()[-1] == "plain line 4"
+
+
+async def test_silent_agent_says_so(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, fake=agent("silent"))
+    res = await TOOL.run({"agent": "fake", "message": "m"}, ctx)
+    assert res.status == "completed"
+    assert res.body == "(the agent printed nothing)"
+
+
+async def test_message_reaches_the_agent_as_one_argument(tmp_path, manager):
+    extra = AgentConfig(
+        cmd=[sys.executable, FAKE_AGENT, "--mode", "echo", "{message}"], env={"X": "42"}
+    )
+    ctx = ctx_with(tmp_path, manager, fake=extra)
+    message = "a 'quoted' \"msg\"; $(touch pwned) `id` && echo no\nsecond line"
+    res = await TOOL.run({"agent": "fake", "message": message}, ctx)
+    assert res.status == "completed", res.body
+    log = log_of(manager, res.fields["task"])
+    assert "<<" + message + ">>" in log
+    assert "agent=fake extra=42" in log
+    assert f"cwd={ctx.cwd}" in log
+    assert not (tmp_path / "work" / "pwned").exists()
+
+
+async def test_agent_cwd_relative_to_the_chat(tmp_path, manager):
+    (tmp_path / "work" / "sub").mkdir(parents=True)
+    ctx = ctx_with(tmp_path, manager, fake=agent("echo", cwd="sub"))
+    res = await TOOL.run({"agent": "fake", "message": "m"}, ctx)
+    log = log_of(manager, res.fields["task"])
+    assert f"cwd={tmp_path / 'work' / 'sub'}" in log
+
+
+async def test_missing_agent_cwd_fails_clearly(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, fake=agent("echo", cwd="nope"))
+    res = await TOOL.run({"agent": "fake", "message": "m"}, ctx)
+    assert res.status == "failed"
+    assert "does not exist" in res.body and "fake" in res.body
+    assert manager.list() == []
+
+
+async def test_non_zero_exit_is_failed_with_exit_code(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, fake=agent("fail"))
+    res = await TOOL.run({"agent": "fake", "message": "m"}, ctx)
+    assert res.status == "failed"
+    assert res.fields["exit"] == 2
+    assert "could not do it" in res.body
+    assert "fatal: the fake agent failed" in res.body  # stderr joins a failed summary
+
+
+async def test_async_true_returns_the_token_at_once(tmp_path, manager):
+    release = tmp_path / "release"
+    ctx = ctx_with(tmp_path, manager, fake=agent("wait", "--release", str(release)))
+    res = await TOOL.run({"agent": "fake", "message": "go", "async": True}, ctx)
+    assert res.status == "running"
+    token = res.fields["task"]
+    assert "await_task" in res.body and token in res.body
+    task = manager.get(token)
+    assert task.tool == "use_agent"
+    assert task.label == "fake: go"
+    assert task.chat == "chat-a" and task.call_id == "c1"
+    release.write_text("")
+    done = await manager.wait(token, 10)
+    final = TOOL.result_from_task(done)
+    assert final.status == "completed"
+    assert final.body == "finished go"
+    assert final.fields["exit"] == 0
+    # the host's default dispatch finds the agent's own result_from_task
+    assert tools.result_from_task("use_agent", done).body == "finished go"
+
+
+async def test_hybrid_threshold_moves_it_to_the_background(tmp_path, manager):
+    release = tmp_path / "release"
+    ctx = make_ctx(
+        tmp_path,
+        manager,
+        make_config({"fake": agent("wait", "--release", str(release))}, hybrid_threshold=0.2),
+    )
+    res = await TOOL.run({"agent": "fake", "message": "slow"}, ctx)
+    assert res.status == "running"
+    assert "Still running after 0.2s" in res.body
+    release.write_text("")
+    await manager.wait(res.fields["task"], 10)
+
+
+async def test_async_false_waits_past_the_threshold(tmp_path, manager):
+    release = tmp_path / "release"
+    ctx = make_ctx(
+        tmp_path,
+        manager,
+        make_config({"fake": agent("wait", "--release", str(release))}, hybrid_threshold=0.05),
+    )
+    run = asyncio.ensure_future(TOOL.run({"agent": "fake", "message": "m", "async": False}, ctx))
+    await until(lambda: manager.list() and manager.list()[0].lines >= 1 or run.done())
+    assert not run.done()
+    release.write_text("")
+    res = await asyncio.wait_for(run, 20)
+    assert res.status == "completed"
+
+
+async def test_timeout_fails_with_reason(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, fake=agent("stubborn"))
+    res = await TOOL.run({"agent": "fake", "message": "m", "timeout_seconds": 0.3}, ctx)
+    assert res.status == "failed"
+    assert res.fields["reason"] == "timeout"
+
+
+async def test_halted_agent_result_is_cancelled(tmp_path, manager):
+    release = tmp_path / "never"
+    ctx = ctx_with(tmp_path, manager, fake=agent("wait", "--release", str(release)))
+    res = await TOOL.run({"agent": "fake", "message": "m", "async": True}, ctx)
+    task = await manager.halt(res.fields["task"])
+    final = ua.result_from_task(task)
+    assert final.status == "cancelled"
+    assert final.fields["task"] == res.fields["task"]
+
+
+# ------------------------------------------------------------ bad input
+
+
+async def test_unknown_agent_lists_the_configured_ones(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, beta=agent("plain"), alpha=agent("plain"))
+    res = await TOOL.run({"agent": "gamma", "message": "m"}, ctx)
+    assert res.status == "failed"
+    assert 'Unknown agent "gamma"' in res.body
+    assert "alpha, beta" in res.body
+    assert manager.list() == []
+
+
+async def test_unknown_agent_without_any_configured_says_how(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager)
+    res = await TOOL.run({"agent": "claude", "message": "m"}, ctx)
+    assert res.status == "failed"
+    assert "no agents are configured" in res.body
+    assert "setup({ agents = {" in res.body and "{message}" in res.body
+
+
+@pytest.mark.parametrize(
+    "params, needle",
+    [
+        ({"message": "m"}, 'missing required parameter "agent"'),
+        ({"agent": "fake"}, 'missing required parameter "message"'),
+        ({"agent": "fake", "message": ""}, "must not be empty"),
+        ({"agent": "fake", "message": "   "}, "must not be blank"),
+        ({"agent": "fake", "message": "a\x00b"}, "NUL"),
+        ({"agent": 3, "message": "m"}, "expected string"),
+        ({"agent": "fake", "message": "m", "async": "yes"}, "expected boolean"),
+        ({"agent": "fake", "message": "m", "timeout_seconds": -1}, "must be > 0"),
+        ({"agent": "fake", "message": "m", "timeout_seconds": 0}, "must be > 0"),
+        ({"agent": "fake", "message": "m", "extra": 1}, 'unknown parameter "extra"'),
+    ],
+)
+async def test_malformed_input_is_a_failed_result(tmp_path, manager, params, needle):
+    ctx = ctx_with(tmp_path, manager, fake=agent("plain"))
+    res = await TOOL.run(params, ctx)
+    assert res.status == "failed"
+    assert needle in res.body
+    assert manager.list() == []
+
+
+async def test_empty_cmd_is_a_config_error(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, fake=AgentConfig(cmd=[]))
+    res = await TOOL.run({"agent": "fake", "message": "m"}, ctx)
+    assert res.status == "failed" and "empty cmd" in res.body
+
+
+async def test_submit_failure_is_reported(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, fake=agent("plain"))
+    await manager.shutdown(kill=True)
+    res = await TOOL.run({"agent": "fake", "message": "m"}, ctx)
+    assert res.status == "failed"
+    assert "could not start agent" in res.body
+
+
+async def test_missing_executable_fails_with_exit_code(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, fake=AgentConfig(cmd=["/nonexistent/agent", "{message}"]))
+    res = await TOOL.run({"agent": "fake", "message": "m"}, ctx)
+    assert res.status == "failed"
+    assert res.fields["exit"] == 127
+
+
+# ------------------------------------------------------------ auto-accept
+
+
+def test_auto_accept_follows_the_agent_setting(tmp_path):
+    config = make_config({"trusted": agent("plain", auto_accept=True), "other": agent("plain")})
+    ctx = make_ctx(tmp_path, None, config)
+    assert TOOL.auto_accept({"agent": "trusted", "message": "m"}, ctx) is True
+    assert TOOL.auto_accept({"agent": "other", "message": "m"}, ctx) is False
+    assert TOOL.auto_accept({"agent": "missing", "message": "m"}, ctx) is False
+    assert decide("use_agent", {"agent": "trusted", "message": "m"}, ctx) == "approve"
+    assert decide("use_agent", {"agent": "other", "message": "m"}, ctx) == "ask"
+    assert decide("use_agent", {"agent": "missing", "message": "m"}, ctx) == "ask"
+    assert decide("use_agent", {"agent": "trusted"}, ctx) == "ask"  # schema fails
+    assert decide("use_agent", {"agent": "other", "message": "m"}, ctx, "approve") == "approve"
+
+
+def test_task_tools_are_auto_accepted_by_default(tmp_path):
+    ctx = make_ctx(tmp_path, None, make_config())
+    for name, params in [
+        ("await_task", {"task": "abc123"}),
+        ("halt_task", {"task": "abc123"}),
+        ("task_status", {"task": "abc123"}),
+        ("task_output", {"task": "abc123", "filter": "x"}),
+        ("list_tasks", {}),
+    ]:
+        assert decide(name, params, ctx) == "approve", name
+        assert tools.get_tool(name).auto_accept(params, ctx) is True
