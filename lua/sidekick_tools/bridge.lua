@@ -187,6 +187,9 @@ end
 --- A (new) host is up: let it look at every loaded chat, so that pending calls
 --- show their state and running blocks are followed again after a restart.
 function M.host_started()
+  -- consumers that must see task events from the first one on
+  require("sidekick_tools.events")
+  require("sidekick_tools.render.statusline")
   local host = require("sidekick_tools.host")
   for _, buf in ipairs(vim.api.nvim_list_bufs()) do
     if

@@ -14,7 +14,15 @@ M.commands = {
     api().run_tools()
   end,
   SidekickHalt = function(a)
-    local res = api().halt(a.fargs[1])
+    local token = a.fargs[1]
+    if not token and package.loaded["sidekick_tools.render.tasks"] then
+      token = require("sidekick_tools.render.tasks").token_at_cursor()
+    end
+    if not token and package.loaded["sidekick_tools.render.output"] then
+      local view = require("sidekick_tools.render.output").view()
+      token = view and view.token
+    end
+    local res = api().halt(token)
     if res and res.message then
       vim.notify(res.message, vim.log.levels.INFO)
     end

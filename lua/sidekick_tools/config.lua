@@ -89,6 +89,83 @@ M.options = {
     { "string", "boolean" },
     "Open the output of the task under the cursor",
   },
+  -- :SidekickTasks window (a key, a list of keys, or false for none)
+  {
+    "keymaps.tasks_window.output",
+    { "<CR>", "o" },
+    { "string", "table", "boolean" },
+    "Tasks window: open the output of the task on the line",
+  },
+  { "keymaps.tasks_window.halt", "x", { "string", "table", "boolean" }, "Tasks window: halt" },
+  {
+    "keymaps.tasks_window.jump",
+    { "gd", "<C-]>" },
+    { "string", "table", "boolean" },
+    "Tasks window: jump to the tool call in its chat",
+  },
+  {
+    "keymaps.tasks_window.filter",
+    "f",
+    { "string", "table", "boolean" },
+    "Tasks window: cycle the status filter (all, running, completed, failed, cancelled)",
+  },
+  {
+    "keymaps.tasks_window.scope",
+    "a",
+    { "string", "table", "boolean" },
+    "Tasks window: toggle this Neovim's tasks / every Neovim's tasks",
+  },
+  {
+    "keymaps.tasks_window.refresh",
+    { "r", "R" },
+    { "string", "table", "boolean" },
+    "Tasks window: reload",
+  },
+  {
+    "keymaps.tasks_window.next_page",
+    { "]]", "<C-n>" },
+    { "string", "table", "boolean" },
+    "Tasks window: next (older) page",
+  },
+  {
+    "keymaps.tasks_window.prev_page",
+    { "[[", "<C-p>" },
+    { "string", "table", "boolean" },
+    "Tasks window: previous (newer) page",
+  },
+  { "keymaps.tasks_window.close", "q", { "string", "table", "boolean" }, "Tasks window: close" },
+  {
+    "keymaps.tasks_window.help",
+    "?",
+    { "string", "table", "boolean" },
+    "Tasks window: show these keys",
+  },
+  -- :SidekickOutput view
+  {
+    "keymaps.output_window.filter",
+    "f",
+    { "string", "table", "boolean" },
+    "Output view: set the regex filter (empty: show everything)",
+  },
+  {
+    "keymaps.output_window.halt",
+    "x",
+    { "string", "table", "boolean" },
+    "Output view: halt the task",
+  },
+  { "keymaps.output_window.close", "q", { "string", "table", "boolean" }, "Output view: close" },
+  {
+    "tasks_window.page_size",
+    0,
+    "number",
+    "Tasks per page in :SidekickTasks; 0: the window's height (at most 100)",
+  },
+  {
+    "output.initial_bytes",
+    4194304,
+    "number",
+    "Bytes of each log :SidekickOutput shows when opened (the tail); it then follows",
+  },
 }
 
 local function get_path(tbl, path)

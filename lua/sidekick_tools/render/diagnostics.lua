@@ -118,11 +118,94 @@ function M.items(buf, now)
   return diags
 end
 
-function M.draw(buf)
-  if not vim.api.nvim_buf_is_valid(buf) then
+-- What was last set per buffer, so unchanged messages are not set again.
+local drawn = {} ---@type table<integer, string>
+
+local function signature(diags)
+  local parts = {}
+  for _, d in ipairs(diags) do
+    table.insert(parts, d.lnum .. "\31" .. d.severity .. "\31" .. d.message)
+  end
+  return table.concat(parts, "\30")
+end
+
+local function has_running(buf)
+  for _, st in pairs(bridge.tracked[buf] or {}) do
+    if st.state == "running" then
+      return true
+    end
+  end
+  return false
+end
+
+local uv = vim.uv or vim.loop
+local timer = nil ---@type uv.uv_timer_t|nil
+
+local function stop_timer()
+  if timer then
+    timer:stop()
+    timer:close()
+    timer = nil
+  end
+end
+
+--- Once a second while a visible buffer has a running call: redraw those
+--- buffers (only the ones whose messages changed are set again).
+local function tick()
+  local any = false
+  local seen = {}
+  for _, win in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+    local buf = vim.api.nvim_win_get_buf(win)
+    if not seen[buf] and has_running(buf) then
+      seen[buf] = true
+      any = true
+      M.draw(buf)
+    end
+  end
+  if not any then
+    stop_timer()
+  end
+end
+
+local function ensure_timer()
+  if timer then
     return
   end
-  vim.diagnostic.set(bridge.ns, buf, M.items(buf))
+  timer = uv.new_timer()
+  timer:start(1000, 1000, vim.schedule_wrap(tick))
 end
+
+function M.draw(buf)
+  if not vim.api.nvim_buf_is_valid(buf) then
+    drawn[buf] = nil
+    return
+  end
+  local diags = M.items(buf)
+  local sig = signature(diags)
+  local current = #vim.diagnostic.get(buf, { namespace = bridge.ns })
+  if drawn[buf] ~= sig or current ~= #diags then
+    vim.diagnostic.set(bridge.ns, buf, diags)
+    drawn[buf] = sig
+  end
+  if has_running(buf) and vim.fn.bufwinid(buf) ~= -1 then
+    ensure_timer()
+  end
+end
+
+-- A buffer with running calls shown again: bring its elapsed times up to date.
+vim.api.nvim_create_autocmd("BufWinEnter", {
+  group = vim.api.nvim_create_augroup("sidekick_tools_diagnostics", { clear = true }),
+  callback = function(ev)
+    if bridge.tracked[ev.buf] then
+      M.draw(ev.buf)
+    end
+  end,
+})
+vim.api.nvim_create_autocmd("BufWipeout", {
+  group = "sidekick_tools_diagnostics",
+  callback = function(ev)
+    drawn[ev.buf] = nil
+  end,
+})
 
 return M

@@ -363,14 +363,16 @@ class CallRunner:
             if task is not None and _status(task) == "queued":
                 self._emit_state(tracked, "queued", ahead=self.tasks.queue_position(task.id))
             else:
-                self._emit_state(tracked, "running", started_at=self._started(tracked))
+                self._emit_state(
+                    tracked,
+                    "running",
+                    started_at=getattr(task, "started_at", None),
+                    progress=getattr(task, "progress", None),
+                    progress_text=getattr(task, "progress_text", None),
+                )
         else:
             tracked.done = True
             self._emit_state(tracked, result.status, detail=detail)
-
-    def _started(self, tracked: Tracked) -> float | None:
-        task = self.tasks.get(tracked.token) if tracked.token else None
-        return getattr(task, "started_at", None) if task else None
 
     def _forget(self, tracked: Tracked) -> None:
         self.tracked.pop((tracked.buf, tracked.call_id), None)

@@ -6,6 +6,7 @@ the loop, awaited with `port.block_on` only where Lua needs the answer.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import Any, Callable
@@ -21,6 +22,7 @@ from .tasks.store import MemoryStore, SqliteStore, StoreError
 log = logging.getLogger(__name__)
 
 LIST_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+HALT_ANSWER_WAIT = 0.1  # seconds :SidekickHalt may hold the editor before answering
 
 
 class Host:
@@ -166,12 +168,22 @@ class Host:
         status = _status(task)
         if status in ("completed", "failed", "cancelled"):
             return {"id": token, "status": status, "message": f"Task {token} already {status}"}
-        task = self.port.block_on(self.tasks.halt(token))
-        return {
-            "id": token,
-            "status": _status(task),
-            "message": f"Task {token} {_status(task)}",
-        }
+        # The editor waits for this answer: never for the whole kill. A task that
+        # dies on SIGTERM is answered as ended; a stubborn one is reported as
+        # halting, and its end arrives through events (diagnostic, result block).
+        halting = asyncio.ensure_future(self.tasks.halt(token))
+        halting.add_done_callback(_log_failure)
+        try:
+            task = self.port.block_on(asyncio.wait_for(asyncio.shield(halting), HALT_ANSWER_WAIT))
+        except asyncio.TimeoutError:
+            grace = self.config.tasks.halt_grace if self.config else 0
+            return {
+                "id": token,
+                "status": "halting",
+                "message": f"Halting task {token}: SIGTERM sent; SIGKILL in {grace:g}s "
+                "if it is still running",
+            }
+        return {"id": token, "status": _status(task), "message": f"Task {token} {_status(task)}"}
 
     def rpc_list_tasks(self, opts: dict[str, Any] | None = None) -> Any:
         status, owner = self._task_filter(opts)
@@ -245,6 +257,11 @@ class Host:
 
 def _status(task: Any) -> str:
     return str(getattr(task.status, "value", task.status))
+
+
+def _log_failure(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("background work failed", exc_info=fut.exception())
 
 
 def _message(exc: BaseException) -> str:

@@ -1,0 +1,109 @@
+-- Small helpers shared by the task views: task tables as the host sends them,
+-- durations, status glyphs and their highlight groups.
+local M = {}
+
+--- Task tables arrive with vim.NIL for missing values; turn those into nil (in place).
+---@param task table|nil
+---@return table|nil
+function M.clean(task)
+  if type(task) ~= "table" then
+    return nil
+  end
+  for k, v in pairs(task) do
+    if v == vim.NIL then
+      task[k] = nil
+    end
+  end
+  return task
+end
+
+--- "2.3s", "4m05s", "1h02m".
+---@param secs number
+function M.duration(secs)
+  secs = math.max(0, secs or 0)
+  if secs < 60 then
+    return string.format("%.1fs", secs)
+  end
+  secs = math.floor(secs)
+  if secs < 3600 then
+    return string.format("%dm%02ds", math.floor(secs / 60), secs % 60)
+  end
+  return string.format("%dh%02dm", math.floor(secs / 3600), math.floor(secs % 3600 / 60))
+end
+
+--- Seconds a task ran (or has been running), nil when it never started.
+---@param task table
+---@param now number|nil
+function M.seconds(task, now)
+  if not task.started_at then
+    return nil
+  end
+  local stop = task.ended_at or now or os.time()
+  return math.max(0, stop - task.started_at)
+end
+
+--- Highlight group of each status (defined as default links in M.define_highlights).
+M.status_hl = {
+  pending = "SidekickStatusPending",
+  queued = "SidekickStatusQueued",
+  running = "SidekickStatusRunning",
+  completed = "SidekickStatusCompleted",
+  failed = "SidekickStatusFailed",
+  cancelled = "SidekickStatusCancelled",
+  denied = "SidekickStatusCancelled",
+}
+
+local links = {
+  SidekickStatusPending = "DiagnosticHint",
+  SidekickStatusQueued = "DiagnosticHint",
+  SidekickStatusRunning = "DiagnosticHint",
+  SidekickStatusCompleted = "DiagnosticOk",
+  SidekickStatusFailed = "DiagnosticError",
+  SidekickStatusCancelled = "DiagnosticWarn",
+  SidekickTasksHeader = "Title",
+  SidekickTasksDim = "Comment",
+  SidekickTasksToken = "Identifier",
+  SidekickTasksTool = "Function",
+  SidekickTasksTime = "Number",
+  SidekickTasksProgress = "DiagnosticInfo",
+  SidekickOutputStderr = "DiagnosticWarn",
+  SidekickOutputEnd = "Comment",
+}
+
+function M.define_highlights()
+  for name, target in pairs(links) do
+    vim.api.nvim_set_hl(0, name, { link = target, default = true })
+  end
+end
+
+--- "[task abc123 completed, exit 0, 2.3s]": how a task ended, in one line.
+---@param task table
+function M.end_line(task)
+  local parts = { task.status }
+  if task.reason and task.reason ~= "exit" and task.reason ~= task.status then
+    parts[1] = string.format("%s (%s)", task.status, task.reason)
+  end
+  if task.exit_code then
+    table.insert(parts, "exit " .. task.exit_code)
+  end
+  local secs = task.duration or M.seconds(task)
+  if secs then
+    table.insert(parts, M.duration(secs))
+  end
+  return string.format("[task %s %s]", task.id, table.concat(parts, ", "))
+end
+
+--- Keys of a keymap option: a string, a list of strings, or false/"" for none.
+---@return string[]
+function M.keys(value)
+  if type(value) == "string" then
+    return value ~= "" and { value } or {}
+  elseif type(value) == "table" then
+    return vim.tbl_filter(function(k)
+      return type(k) == "string" and k ~= ""
+    end, value)
+  end
+  return {}
+end
+
+return M

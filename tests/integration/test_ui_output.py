@@ -1,0 +1,160 @@
+""":SidekickOutput: the live output view read back from a real headless Neovim."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.integration.ui_helpers import (
+    HEADER_ROW,
+    current_buf,
+    gated,
+    start_background,
+    wait_lines,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def extmarks(editor, buf: int, row: int) -> list[dict]:
+    return editor.lua(
+        "local buf, row = ...\n"
+        "local ns = vim.api.nvim_create_namespace('sidekick_tools_output')\n"
+        "local out = {}\n"
+        "for _, m in ipairs(vim.api.nvim_buf_get_extmarks(buf, ns, {row, 0}, {row, -1}, "
+        "{ details = true })) do table.insert(out, m[4]) end\n"
+        "return out",
+        buf,
+        row,
+    )
+
+
+def test_output_follows_the_log_then_says_how_the_task_ended(editor):
+    editor.setup()
+    marker = editor.workdir / "release"
+    before = (
+        "printf '\\033[1;31mred\\033[0m plain\\n'; echo err-one >&2; "
+        "echo '[PROGRESS:50] half'; printf 'no-newline-yet'"
+    )
+    after = "echo ' and more'; echo after; echo err-two >&2; printf 'tail-without-newline'"
+    token = start_background(editor, gated(marker, before=before, after=after))
+    editor.nvim.command(f"SidekickOutput {token}")
+    buf = current_buf(editor)
+    assert editor.lua("return vim.bo[...].filetype", buf) == "sidekick_output"
+    assert editor.lua("return vim.bo[...].modifiable", buf) is False
+    lines = wait_lines(editor, buf, lambda ls: "err-one" in ls and "[PROGRESS:50] half" in ls)
+    assert "red plain" in lines  # colour codes never shown raw
+    assert not any("\x1b" in ln for ln in lines)
+    assert "no-newline-yet" not in "\n".join(lines)  # a partial line waits for its end
+    red = lines.index("red plain")
+    marks = extmarks(editor, buf, red)
+    assert any(m.get("hl_group", "").startswith("SidekickAnsi") for m in marks), marks
+    assert editor.lua("return vim.api.nvim_get_hl(0, { name = 'SidekickAnsi1Bold' }).bold")
+    err = lines.index("err-one")
+    marks = extmarks(editor, buf, err)
+    assert any(m.get("hl_group") == "SidekickOutputStderr" for m in marks), marks
+    assert any((m.get("sign_text") or "").strip() for m in marks), marks
+    assert not any(m.get("hl_group") == "SidekickOutputStderr" for m in extmarks(editor, buf, red))
+    # the cursor sits on the last line: the view follows as the log grows
+    editor.nvim.command("normal! G")
+    marker.write_text("")
+    lines = wait_lines(editor, buf, lambda ls: ls[-1].startswith(f"[task {token} completed"))
+    assert lines[-1].startswith(f"[task {token} completed, exit 0, ")
+    assert "no-newline-yet and more" in lines
+    assert "after" in lines and "err-two" in lines
+    assert "tail-without-newline" in lines  # flushed once the task ended
+    assert editor.lua("return vim.api.nvim_win_get_cursor(0)[1]") == len(lines)
+    # every line once, nothing read twice
+    assert lines.count("red plain") == 1 and lines.count("after") == 1
+
+
+def test_filter_hides_lines_without_losing_them(editor):
+    editor.setup()
+    marker = editor.workdir / "release"
+    before = "for i in 1 2 3 4 5; do echo line-$i; done; echo warn-a >&2"
+    after = "echo line-6; echo warn-b >&2"
+    token = start_background(editor, gated(marker, before=before, after=after))
+    editor.nvim.command(f"SidekickOutput {token} /warn\\|line-[24]/")
+    buf = current_buf(editor)
+    wait_lines(editor, buf, lambda ls: ls == ["line-2", "line-4", "warn-a"])
+    marker.write_text("")
+    lines = wait_lines(editor, buf, lambda ls: ls[-1].startswith(f"[task {token} completed"))
+    assert lines[:-1] == ["line-2", "line-4", "warn-a", "warn-b"]
+    # clear the filter from inside the view: everything is back
+    editor.nvim.command("SidekickOutput")
+    lines = editor.lines(buf)
+    assert [ln for ln in lines if ln.startswith("line-")] == [f"line-{i}" for i in range(1, 7)]
+    assert lines[-1].startswith(f"[task {token} completed")
+    # a new filter from inside the view
+    editor.nvim.command("SidekickOutput /line-6/")
+    assert editor.lines(buf)[0] == "line-6"
+    editor.nvim.command("SidekickOutput /[/")
+    assert any("bad filter" in n for n in editor.notifications())
+
+
+def test_output_of_the_call_under_the_cursor(editor):
+    editor.setup()
+    marker = editor.workdir / "release"
+    token = start_background(editor, gated(marker, before="echo from-the-chat"))
+    editor.nvim.command(f"call cursor({HEADER_ROW + 2}, 1)")
+    editor.nvim.command("SidekickOutput")
+    buf = current_buf(editor)
+    assert editor.lua("return vim.api.nvim_buf_get_name(0)").endswith("/" + token)
+    wait_lines(editor, buf, lambda ls: "from-the-chat" in ls)
+    # halting from the output view ends it as cancelled; the partial output stays
+    editor.setup(tasks={"halt_grace": 1})
+    editor.nvim.command("SidekickHalt")
+    lines = wait_lines(editor, buf, lambda ls: ls[-1].startswith(f"[task {token} cancelled"))
+    assert "from-the-chat" in lines
+    # no call under the cursor: an error, no window
+    editor.nvim.command("wincmd p")
+    editor.nvim.command("call cursor(1, 1)")
+    wins = len(editor.nvim.windows)
+    editor.nvim.command("SidekickOutput")
+    assert any("no task under the cursor" in n for n in editor.notifications())
+    assert len(editor.nvim.windows) == wins
+
+
+def test_finished_task_and_bad_arguments(editor):
+    editor.setup()
+    token = start_background(editor, "echo done-already; exit 2")
+    wait_for(
+        lambda: (
+            editor.lua("return require('sidekick_tools').get_task(...).status", token) == "failed"
+        )
+    )
+    editor.nvim.command(f"SidekickOutput {token}")
+    lines = editor.lines(current_buf(editor))
+    assert lines[0] == "done-already"
+    assert lines[-1].startswith(f"[task {token} failed, exit 2, ")
+    editor.nvim.command("SidekickOutput zzz")
+    assert any("not a task token" in n for n in editor.notifications())
+    editor.nvim.command("SidekickOutput 000000")
+    assert any("no task 000000" in n for n in editor.notifications())
+
+
+def test_parse_line_strips_escapes(editor):
+    editor.setup()
+    got = editor.lua(
+        "local out = require('sidekick_tools.render.output')\n"
+        "local res = {}\n"
+        "for _, raw in ipairs(...) do local t, spans = out.parse_line(raw, {}) "
+        "table.insert(res, { t, spans and #spans or 0 }) end\n"
+        "return res",
+        [
+            "\x1b[32mgreen\x1b[0m",
+            "progress 10%\rprogress 90%",
+            "\x1b]0;title\x07visible",
+            "crlf\r",
+            "\x1b[38;2;10;20;30mrgb\x1b[m \x1b[38;5;200mx",
+            "\x1b[2Kcleared\x01",
+        ],
+    )
+    assert got == [
+        ["green", 1],
+        ["progress 90%", 0],
+        ["visible", 0],
+        ["crlf", 0],
+        ["rgb x", 2],
+        ["cleared", 0],
+    ]
