@@ -1,0 +1,74 @@
+"""`bench/run.py --quick` runs end to end and writes a table with every row.
+
+No timing is asserted here: benchmarks are measured by `make bench`, never by tests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ROWS = (
+    "request round-trip at idle",
+    "request round-trip while 2 tasks print 1 MB each",
+    "the same floods started outside the editor",
+    "editor memory growth during that",
+    "time until all 2 floods ended",
+    "task wall time",
+    "warm `:SidekickRunTool` → running diagnostic shown",
+    "cold first command",
+    "plugin cost at Neovim start-up",
+    "`:SidekickRunTool` in a",
+    "stored tasks",
+    "concurrent short tasks",
+    "host idle memory",
+    "memory per running task",
+)
+
+
+@pytest.mark.integration
+def test_quick_bench_writes_every_row(tmp_path: Path) -> None:
+    nvim = Path(sys.executable).parent / "nvim"
+    if not nvim.exists():
+        pytest.skip("no nvim in the venv")
+    out, png, raw = tmp_path / "bench.md", tmp_path / "bench.png", tmp_path / "raw.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "run.py"),
+            "--quick",
+            "--out",
+            str(out),
+            "--png",
+            str(png),
+            "--json",
+            str(raw),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    md = out.read_text()
+    table = [line for line in md.splitlines() if line.startswith("| ")]
+    for name in ROWS:
+        assert any(name in line for line in table), f"no row {name!r} in:\n{md}"
+        assert name in proc.stdout
+    for field in ("CPU", "RAM", "date", "commit"):
+        assert f"| {field} |" in md
+    rows = json.loads(raw.read_text())["rows"]
+    assert len(rows) == len(ROWS)
+    assert all(r["target"] for r in rows)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert png.stat().st_size > 0
