@@ -128,8 +128,18 @@ function M.policy(tool, params, ctx)
   return vim.NIL
 end
 
+-- Several events for one buffer in one loop turn cost one draw.
+local draw_pending = {} ---@type table<integer, boolean>
+
 local function redraw(buf)
-  require("sidekick_tools.render.diagnostics").draw(buf)
+  if draw_pending[buf] then
+    return
+  end
+  draw_pending[buf] = true
+  vim.schedule(function()
+    draw_pending[buf] = nil
+    require("sidekick_tools.render.diagnostics").draw(buf)
+  end)
 end
 
 local handlers = {}

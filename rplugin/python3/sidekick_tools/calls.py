@@ -66,6 +66,9 @@ class CallRunner:
         self._scan_timers: dict[int, asyncio.TimerHandle] = {}
         self._scanned: dict[int, list[dict[str, Any]]] = {}  # last scan sent, per buffer
         self._bg: set[asyncio.Task[Any]] = set()
+        # One writer per buffer at a time: many tasks ending together would otherwise
+        # all compute from the same tick, and all but one retry, again and again.
+        self._locks: dict[int, asyncio.Lock] = {}
         tasks.subscribe(self._on_task_event)
         port.on_buffer_change = self.schedule_scan
 
@@ -218,6 +221,7 @@ class CallRunner:
                 return
         tool = tools.get_tool(call.tool)
         self._emit_state(tracked, "running", started_at=time.time())
+        await asyncio.sleep(0)  # let the running state reach Neovim before the fork
         started = time.monotonic()
         try:
             result = await tool.run(call.params or {}, ctx)
@@ -246,6 +250,12 @@ class CallRunner:
             raise UserError(f"sidekick_tools: buffer {buf} is not loaded")
         return mirror
 
+    def _lock(self, buf: int) -> asyncio.Lock:
+        lock = self._locks.get(buf)
+        if lock is None:
+            lock = self._locks[buf] = asyncio.Lock()
+        return lock
+
     def _refuse_live(self, buf: int, call: ToolCall) -> None:
         tracked = self.tracked.get((buf, call.call_id or ""))
         if tracked and tracked.state in ("queued", "running") and not tracked.done:
@@ -256,6 +266,10 @@ class CallRunner:
 
     async def _prepare(self, buf: int, call: ToolCall) -> Tracked | None:
         """Give the call an id (if hand-written without one) and an extmark."""
+        async with self._lock(buf):
+            return await self._prepare_now(buf, call)
+
+    async def _prepare_now(self, buf: int, call: ToolCall) -> Tracked | None:
         row = call.start_row
         for _ in range(RETRIES):
             mirror = await self._mirror(buf)
@@ -304,6 +318,10 @@ class CallRunner:
 
     async def _write(self, tracked: Tracked, result: ToolResult) -> bool:
         """Write (or replace) the call's result block, then update its state."""
+        async with self._lock(tracked.buf):
+            return await self._write_now(tracked, result)
+
+    async def _write_now(self, tracked: Tracked, result: ToolResult) -> bool:
         token = result.fields.get("task")
         log_path = None
         if token:
@@ -348,7 +366,7 @@ class CallRunner:
         last = chat.last_assistant()
         if last is None or not chat.messages or chat.messages[-1] is not last:
             return None
-        if resolving not in last.calls:
+        if not any(c is resolving for c in last.calls):
             return None
         if any(c.pending and c is not resolving for c in last.calls):
             return None
@@ -379,6 +397,10 @@ class CallRunner:
         self.port.emit({"type": "forget", "buf": tracked.buf, "mark": tracked.mark})
 
     async def _insert_notice(self, buf: int, lines: list[str]) -> bool:
+        async with self._lock(buf):
+            return await self._insert_notice_now(buf, lines)
+
+    async def _insert_notice_now(self, buf: int, lines: list[str]) -> bool:
         for _ in range(RETRIES):
             mirror = self.port.mirrors.get(buf)
             if mirror is None:
@@ -517,14 +539,24 @@ class CallRunner:
 
 
 def scan_items(chat: Chat, tracked_ids: set[str]) -> list[dict[str, Any]]:
-    """Diagnostic state of every call, as the text alone says it (DESIGN §5)."""
+    """Diagnostic state of the calls, as the text alone says it (DESIGN §5).
+
+    Every pending, running, failed, cancelled or denied call is listed. Completed
+    calls are listed only in the last assistant message: a long history of ✓ would
+    cost Neovim a redraw of thousands of diagnostics on every change and tell the
+    user nothing they need to act on.
+    """
     items = []
+    last = chat.last_assistant()
+    recent = {id(c) for c in last.calls} if last else set()
     for call in chat.calls:
         if call.call_id and call.call_id in tracked_ids:
             continue
+        res = call.result
+        if res is not None and res.status == "completed" and id(call) not in recent:
+            continue
         item: dict[str, Any] = {"row": call.start_row, "tool": call.tool}
         problem = call.error or tools.check_call(call.tool, call.params or {})
-        res = call.result
         if res is not None and res.status in RESULT_STATUSES:
             item["state"] = res.status
             if res.status == "failed":
