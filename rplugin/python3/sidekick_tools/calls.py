@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import tools
@@ -56,6 +56,21 @@ class Tracked:
     done: bool = False
 
 
+@dataclass
+class _Pending:
+    """A result block (with its call) or a completion notice waiting to be written."""
+
+    seq: int
+    tracked: Tracked | None = None
+    result: ToolResult | None = None
+    lines: list[str] = field(default_factory=list)
+    fut: Any = None
+
+    def resolve(self, written: bool) -> None:
+        if self.fut is not None and not self.fut.done():
+            self.fut.set_result(written)
+
+
 class CallRunner:
     def __init__(self, port: Any, tasks: Any, config: Config) -> None:
         self.port = port
@@ -66,9 +81,12 @@ class CallRunner:
         self._scan_timers: dict[int, asyncio.TimerHandle] = {}
         self._scanned: dict[int, list[dict[str, Any]]] = {}  # last scan sent, per buffer
         self._bg: set[asyncio.Task[Any]] = set()
-        # One writer per buffer at a time: many tasks ending together would otherwise
-        # all compute from the same tick, and all but one retry, again and again.
-        self._locks: dict[int, asyncio.Lock] = {}
+        # Result blocks and notices waiting to be written, per buffer. One writer per
+        # buffer takes everything queued and writes it from one snapshot in one edit:
+        # two hundred tasks ending together cost a few parses, not six hundred.
+        self._queues: dict[int, list[_Pending]] = {}
+        self._writers: dict[int, asyncio.Future[None]] = {}
+        self._seq = itertools.count()
         tasks.subscribe(self._on_task_event)
         port.on_buffer_change = self.schedule_scan
 
@@ -159,10 +177,18 @@ class CallRunner:
         task.add_done_callback(_log_failure)
 
     async def _run_ids(self, buf: int, ids: list[str], cwd: str) -> None:
+        """Run the calls one after the other; their results are written as they
+        come, several at once when they come together."""
+        deliveries = []
         for call_id in ids:
             tracked = self.tracked.get((buf, call_id))
-            if tracked is not None:
-                await self._execute(tracked, cwd, explicit=True)
+            if tracked is None:
+                continue
+            result = await self._run_call(tracked, cwd, explicit=True)
+            if result is not None:
+                deliveries.append(asyncio.ensure_future(self._deliver(tracked, result)))
+        if deliveries:
+            await asyncio.gather(*deliveries)
 
     async def _chain(self, first: Tracked, cwd: str, chain: bool) -> None:
         current: Tracked | None = first
@@ -200,9 +226,15 @@ class CallRunner:
         return tracked
 
     async def _execute(self, tracked: Tracked, cwd: str, explicit: bool) -> None:
+        result = await self._run_call(tracked, cwd, explicit)
+        if result is not None:
+            await self._deliver(tracked, result)
+
+    async def _run_call(self, tracked: Tracked, cwd: str, explicit: bool) -> ToolResult | None:
+        """Check, ask, run. The result to write, or None when nothing can be written."""
         found = await self._find(tracked)
         if found is None:
-            return
+            return None
         mirror, call = found
         problem = call.error or tools.check_call(call.tool, call.params or {})
         if problem:
@@ -210,15 +242,13 @@ class CallRunner:
                 # No block can be written safely: only the diagnostic says what is wrong.
                 self._emit_state(tracked, "failed", detail=problem)
                 self.port.notify_user(f"sidekick_tools: {problem}", "error")
-                return
-            await self._write(tracked, ToolResult(status="failed", body=problem, fields={}))
-            return
+                return None
+            return ToolResult(status="failed", body=problem, fields={})
         ctx = self._context(cwd, mirror.name, tracked.call_id)
         if explicit:
             answer = await self._ask_policy(call, ctx)
             if answer == "deny":
-                await self._write(tracked, _denied("denied by the auto-accept policy"))
-                return
+                return _denied("denied by the auto-accept policy")
         tool = tools.get_tool(call.tool)
         self._emit_state(tracked, "running", started_at=time.time())
         await asyncio.sleep(0)  # let the running state reach Neovim before the fork
@@ -236,6 +266,10 @@ class CallRunner:
             result.fields["duration"] = round(time.monotonic() - started, 2)
         if result.status == "running":
             tracked.token = str(result.fields.get("task") or tracked.token or "") or None
+        return result
+
+    async def _deliver(self, tracked: Tracked, result: ToolResult) -> None:
+        """Write the result; a `running` one makes the call follow its task."""
         await self._write(tracked, result)
         if result.status == "running" and tracked.token:
             tracked.background = True
@@ -250,12 +284,6 @@ class CallRunner:
             raise UserError(f"sidekick_tools: buffer {buf} is not loaded")
         return mirror
 
-    def _lock(self, buf: int) -> asyncio.Lock:
-        lock = self._locks.get(buf)
-        if lock is None:
-            lock = self._locks[buf] = asyncio.Lock()
-        return lock
-
     def _refuse_live(self, buf: int, call: ToolCall) -> None:
         tracked = self.tracked.get((buf, call.call_id or ""))
         if tracked and tracked.state in ("queued", "running") and not tracked.done:
@@ -266,10 +294,6 @@ class CallRunner:
 
     async def _prepare(self, buf: int, call: ToolCall) -> Tracked | None:
         """Give the call an id (if hand-written without one) and an extmark."""
-        async with self._lock(buf):
-            return await self._prepare_now(buf, call)
-
-    async def _prepare_now(self, buf: int, call: ToolCall) -> Tracked | None:
         row = call.start_row
         for _ in range(RETRIES):
             mirror = await self._mirror(buf)
@@ -317,38 +341,121 @@ class CallRunner:
         return None
 
     async def _write(self, tracked: Tracked, result: ToolResult) -> bool:
-        """Write (or replace) the call's result block, then update its state."""
-        async with self._lock(tracked.buf):
-            return await self._write_now(tracked, result)
-
-    async def _write_now(self, tracked: Tracked, result: ToolResult) -> bool:
+        """Write (or replace) the call's result block, then update its state.
+        False when the block is gone (deleted while its task ran)."""
         token = result.fields.get("task")
-        log_path = None
-        if token:
-            task = self.tasks.get(str(token))
-            log_path = _log_path(task)
+        log_path = _log_path(self.tasks.get(str(token))) if token else None
         body = self._shown(result.body, log_path, truncate=bool(token))
         block = result_lines(tracked.call_id, result.status, result.fields, body)
-        for _ in range(RETRIES):
-            found = await self._find(tracked)
-            if found is None:  # the block was deleted: the task's result goes nowhere
-                tracked.done = True
-                return False
-            mirror, call = found
-            if call.result is not None:
-                edit = (call.result.start_row, call.result.end_row + 1, block)
-            else:
-                edit = (call.end_row + 1, call.end_row + 1, block)
-            edits = [edit]
-            tail = self._user_line_edit(mirror.chat(), call, mirror.lines)
+        item = _Pending(next(self._seq), tracked=tracked, result=result, lines=block)
+        return await self._enqueue(tracked.buf, item)
+
+    async def _insert_notice(self, buf: int, lines: list[str]) -> bool:
+        return await self._enqueue(buf, _Pending(next(self._seq), lines=lines))
+
+    def _enqueue(self, buf: int, item: _Pending) -> asyncio.Future[bool]:
+        item.fut = asyncio.get_event_loop().create_future()
+        self._queues.setdefault(buf, []).append(item)
+        if buf not in self._writers:
+            self._writers[buf] = asyncio.ensure_future(self._drain(buf))
+            self._writers[buf].add_done_callback(_log_failure)
+        return item.fut
+
+    async def _drain(self, buf: int) -> None:
+        try:
+            while self._queues.get(buf):
+                await asyncio.sleep(0)  # let whatever else ends this turn join the batch
+                batch = self._queues.pop(buf)
+                try:
+                    later = await self._write_batch(buf, batch)
+                except Exception:
+                    log.exception("writing %d blocks into buffer %d failed", len(batch), buf)
+                    later = []
+                    for item in batch:
+                        item.resolve(False)
+                if later:
+                    self._queues.setdefault(buf, [])[:0] = later
+        finally:
+            self._writers.pop(buf, None)
+
+    async def _write_batch(self, buf: int, batch: list[_Pending]) -> list[_Pending]:
+        """Write a batch from one snapshot; returns items to write in a later batch."""
+        for attempt in range(RETRIES):
+            mirror = self.port.mirrors.get(buf)
+            if mirror is None:
+                for item in batch:
+                    item.resolve(False)
+                return []
+            results = [i for i in batch if i.tracked is not None]
+            marks = [i.tracked.mark for i in results]  # type: ignore[union-attr]
+            rows = await self.port.mark_rows(buf, marks) if marks else {}
+            chat = mirror.chat()
+            edits: list[tuple[int, int, list[str], int, int]] = []  # start, end, lines, rank, seq
+            written: list[_Pending] = []
+            resolving: list[ToolCall] = []
+            later: list[_Pending] = []
+            lagging = False
+            for item in results:
+                tracked = item.tracked
+                assert tracked is not None
+                row = rows.get(tracked.mark, -1)
+                if row < 0:  # the block was deleted: the task's result goes nowhere
+                    self._forget(tracked)
+                    tracked.done = True
+                    item.resolve(False)
+                    continue
+                if any(w.tracked is tracked for w in written):
+                    later.append(item)  # a second block for the same call: next batch
+                    continue
+                call = chat.call_at(row)
+                if call is None or call.start_row != row or call.call_id != tracked.call_id:
+                    if attempt < RETRIES - 1:
+                        lagging = True  # the mirror has not seen the latest edit yet
+                        break
+                    log.warning("call %s: block no longer matches its mark", tracked.call_id)
+                    item.resolve(False)
+                    continue
+                if call.result is not None:
+                    span = (call.result.start_row, call.result.end_row + 1)
+                else:
+                    span = (call.end_row + 1, call.end_row + 1)
+                edits.append((*span, item.lines, 2, item.seq))
+                written.append(item)
+                resolving.append(call)
+            if lagging:
+                await asyncio.sleep(0.005)
+                continue
+            tail = self._user_line_edit(chat, resolving, mirror.lines)
             if tail is not None:
-                edits.insert(0, tail)  # bottom-up: the end of the buffer first
-            if await self.port.apply(tracked.buf, mirror.tick, edits):
-                self._mark_done(tracked, result)
-                return True
+                edits.append((*tail, 0, 0))
+            notices = [i for i in batch if i.tracked is None]
+            for item in notices:
+                edits.append((*self._notice_edit(chat, mirror.lines, item.lines), 1, item.seq))
+            # bottom-up; at one row the USER: line first, then notices (the latest
+            # first), then results, so they end up as results, notices, USER:
+            edits.sort(key=lambda e: (-e[0], e[3], -e[4]))
+            if await self.port.apply(buf, mirror.tick, [e[:3] for e in edits]):
+                for item in written:
+                    self._mark_done(item.tracked, item.result)  # type: ignore[arg-type]
+                    item.resolve(True)
+                for item in notices:
+                    item.resolve(True)
+                return later
             await asyncio.sleep(0.005)
-        log.warning("call %s: buffer kept changing; result not written", tracked.call_id)
-        return False
+        log.warning("buffer %d kept changing; %d blocks not written", buf, len(batch))
+        for item in batch:
+            item.resolve(False)
+        return []
+
+    @staticmethod
+    def _notice_edit(chat: Chat, lines: list[str], notice: list[str]) -> tuple[int, int, list[str]]:
+        n = len(lines)
+        if chat.messages and chat.messages[-1].role == "USER":
+            # the user may be typing there: put the notice before it
+            at = chat.messages[-1].start_row
+            return (at, at, [*notice, ""] if notice[-1] != "" else notice)
+        pad = [""] if (n and lines[-1].strip() != "") else []
+        return (n, n, pad + notice)
 
     def _shown(self, body: str, log_path: str | None, truncate: bool = True) -> str:
         """Text as the buffer shows it: clean, no trailing newline, and for process
@@ -359,16 +466,17 @@ class CallRunner:
         return text.rstrip("\n")
 
     def _user_line_edit(
-        self, chat: Chat, resolving: ToolCall, lines: list[str]
+        self, chat: Chat, resolving: list[ToolCall], lines: list[str]
     ) -> tuple[int, int, list[str]] | None:
-        """Append `USER: ` when this resolves the last pending call of the last
+        """Append `USER: ` when these resolve the last pending calls of the last
         assistant message, unless the chat already ends with a USER message."""
         last = chat.last_assistant()
         if last is None or not chat.messages or chat.messages[-1] is not last:
             return None
-        if not any(c is resolving for c in last.calls):
+        now = {id(c) for c in resolving}
+        if not any(id(c) in now for c in last.calls):
             return None
-        if any(c.pending and c is not resolving for c in last.calls):
+        if any(c.pending and id(c) not in now for c in last.calls):
             return None
         n = len(lines)
         add = ["USER: "] if (n and lines[-1].strip() == "") else ["", "USER: "]
@@ -395,29 +503,6 @@ class CallRunner:
     def _forget(self, tracked: Tracked) -> None:
         self.tracked.pop((tracked.buf, tracked.call_id), None)
         self.port.emit({"type": "forget", "buf": tracked.buf, "mark": tracked.mark})
-
-    async def _insert_notice(self, buf: int, lines: list[str]) -> bool:
-        async with self._lock(buf):
-            return await self._insert_notice_now(buf, lines)
-
-    async def _insert_notice_now(self, buf: int, lines: list[str]) -> bool:
-        for _ in range(RETRIES):
-            mirror = self.port.mirrors.get(buf)
-            if mirror is None:
-                return False
-            chat = mirror.chat()
-            n = len(mirror.lines)
-            if chat.messages and chat.messages[-1].role == "USER":
-                # the user may be typing there: put the notice before it
-                at = chat.messages[-1].start_row
-                edit = (at, at, [*lines, ""] if lines[-1] != "" else lines)
-            else:
-                pad = [""] if (n and mirror.lines[-1].strip() != "") else []
-                edit = (n, n, pad + lines)
-            if await self.port.apply(buf, mirror.tick, [edit]):
-                return True
-            await asyncio.sleep(0.005)
-        return False
 
     # -- tasks ending in the background ------------------------------------------------
     def _on_task_event(self, event: Any) -> None:
