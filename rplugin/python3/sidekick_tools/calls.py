@@ -180,11 +180,14 @@ class CallRunner:
         """Run the calls one after the other; their results are written as they
         come, several at once when they come together."""
         deliveries = []
+        mirror = await self._mirror(buf)
+        snapshot = mirror.chat()  # the calls as they were when the user asked
         for call_id in ids:
             tracked = self.tracked.get((buf, call_id))
-            if tracked is None:
+            call = snapshot.call_by_id(call_id)
+            if tracked is None or call is None:
                 continue
-            result = await self._run_call(tracked, cwd, explicit=True)
+            result = await self._run_call(tracked, cwd, explicit=True, found=(mirror, call))
             if result is not None:
                 deliveries.append(asyncio.ensure_future(self._deliver(tracked, result)))
         if deliveries:
@@ -230,9 +233,16 @@ class CallRunner:
         if result is not None:
             await self._deliver(tracked, result)
 
-    async def _run_call(self, tracked: Tracked, cwd: str, explicit: bool) -> ToolResult | None:
-        """Check, ask, run. The result to write, or None when nothing can be written."""
-        found = await self._find(tracked)
+    async def _run_call(
+        self,
+        tracked: Tracked,
+        cwd: str,
+        explicit: bool,
+        found: tuple[Any, ToolCall] | None = None,
+    ) -> ToolResult | None:
+        """Check, ask, run. The result to write, or None when nothing can be written.
+        `found`: the call as already read, else it is looked up by its mark."""
+        found = found or await self._find(tracked)
         if found is None:
             return None
         mirror, call = found
