@@ -149,6 +149,86 @@ async def test_progress_events(tasks_manager: TaskManager, tmp_path):
     assert kinds.count("progress") == 1
 
 
+async def test_finished_before_counting_a_large_unread_log(tasks_state, tmp_path):
+    """A big unread log: "finished" carries status and a tail summary at once;
+    the exact line count and last progress follow in "updated"."""
+    # The poll loop never runs in time, and any unread byte counts as "large".
+    m = make_manager(MemoryStore(), tasks_state, poll_interval=100, full_scan_max=0)
+    events: list[TaskEvent] = []
+    m.subscribe(events.append)
+    cmd = (
+        "echo '[RESULT] early'; echo '[PROGRESS:10] ten'; seq 1 50000; "
+        "echo '[PROGRESS:90] ninety'; echo '[RESULT] the end'; echo detail; exit 4"
+    )
+    t = await m.submit(spec(cmd, cwd=str(tmp_path)))
+    done = await m.wait(t.id, 10)
+    assert done.status is S.FAILED and done.exit_code == 4
+    assert done.summary == "the end\ndetail"
+    fin = [e for e in events if e.kind == "finished"]
+    assert len(fin) == 1 and fin[0].task.summary == "the end\ndetail"
+    await until(lambda: any(e.kind == "updated" and e.task.id == t.id for e in events))
+    upd = [e for e in events if e.kind == "updated" and e.task.id == t.id][-1]
+    assert upd.task.lines == 50005 and upd.task.progress == 90
+    assert upd.task.status is S.FAILED and upd.task.summary == "the end\ndetail"
+    stored = m.get(t.id)
+    assert stored.lines == 50005 and stored.progress_text == "ninety"
+    assert m._counting == {}  # noqa: SLF001
+    await m.shutdown(kill=True)
+
+
+async def test_finished_small_unread_log_is_exact_at_once(tasks_state, tmp_path):
+    m = make_manager(MemoryStore(), tasks_state, poll_interval=100)
+    events: list[TaskEvent] = []
+    m.subscribe(events.append)
+    t = await m.submit(spec("seq 1 1000; echo '[PROGRESS:50] half'", cwd=str(tmp_path)))
+    await m.wait(t.id, 10)
+    fin = [e for e in events if e.kind == "finished"][0]
+    assert fin.task.lines == 1001 and fin.task.progress == 50
+    assert fin.task.summary.endswith("1000\n[PROGRESS:50] half")
+    await asyncio.sleep(0.1)
+    assert not [e for e in events if e.kind == "updated"]
+    await m.shutdown(kill=True)
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no getpriority")
+async def test_tasks_run_nicer_than_the_host(tasks_state, tmp_path):
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    if mine >= 19:
+        pytest.skip("already at the lowest priority")
+    m = make_manager(MemoryStore(), tasks_state)
+    assert m.nice == 10
+    cmd = "echo $$ > inner.pid; while [ ! -f go ]; do sleep 0.02; done"
+    t = await m.submit(spec(cmd, cwd=str(tmp_path)))
+    await until(lambda: read(str(tmp_path / "inner.pid")).strip() != "")
+    inner = int(read(str(tmp_path / "inner.pid")))
+    expected = min(19, mine + 10)
+    assert os.getpriority(os.PRIO_PROCESS, t.pid) == expected  # the supervisor
+    assert os.getpriority(os.PRIO_PROCESS, inner) == expected > mine  # the command
+    (tmp_path / "go").write_text("")
+    await m.wait(t.id, 10)
+    # Settable later; 0 leaves new tasks at the host's priority.
+    m.nice = 0
+    (tmp_path / "inner.pid").unlink()
+    (tmp_path / "go").unlink()
+    t = await m.submit(spec(cmd, cwd=str(tmp_path)))
+    await until(lambda: read(str(tmp_path / "inner.pid")).strip() != "")
+    assert os.getpriority(os.PRIO_PROCESS, t.pid) == mine
+    (tmp_path / "go").write_text("")
+    await m.wait(t.id, 10)
+    await m.shutdown(kill=True)
+
+
+def test_spawn_nice_failure_is_not_fatal(tmp_path, monkeypatch, caplog):
+    def refuse(*args):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "setpriority", refuse)
+    caplog.set_level("INFO", logger=runner.__name__)
+    proc = runner.spawn("true", str(tmp_path / "log"), nice=5)
+    assert proc.popen.wait(timeout=10) == 0
+    assert "cannot lower its priority" in caplog.text
+
+
 # --------------------------------------------------------------------------- halt / timeout
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from sidekick_tools.tasks import output
 from sidekick_tools.tasks.output import (
     MAX_PARTIAL_LINE,
     LogFollower,
@@ -12,6 +13,7 @@ from sidekick_tools.tasks.output import (
     read_new,
     strip_ansi,
     summarize_file,
+    summarize_tail,
     summary_of,
 )
 
@@ -211,3 +213,97 @@ def test_follower_restarts_on_truncation(tmp_path) -> None:
     p.write_bytes(b"x\n")
     f.poll()
     assert f.lines == 1 and f.offset == 2
+
+
+def _state(f: LogFollower) -> tuple:
+    return (f.lines, f.progress, f.result_offset, f.prompt_end, f.offset, f.bytes_read)
+
+
+def _follow(path, data: bytes, step: int | None) -> LogFollower:
+    """Follow `data` appended `step` bytes at a time (None: all at once)."""
+    path.write_bytes(b"")
+    f = LogFollower(str(path))
+    step = step or max(1, len(data))
+    for i in range(0, len(data), step):
+        with open(path, "ab") as out:
+            out.write(data[i : i + step])
+        f.poll()
+    f.finish()
+    return f
+
+
+SPLIT_SAMPLE = (
+    b"> the prompt\r\nthinking [not a marker]\n  \x1b[1m[PROGRESS:40]\x1b[0m forty\n"
+    b"x > not a prompt\n[RESULT] answer\r\nbar 5%\r[PROGRESS:70] seventy\rtail> \n"
+    b"> last prompt\r"
+)
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 5, 7, 13])
+def test_follower_same_state_whatever_the_split(tmp_path, step: int) -> None:
+    """Markers, prompts, CR/LF pairs split across polls give the one-shot result."""
+    whole = _follow(tmp_path / "whole", SPLIT_SAMPLE, None)
+    assert whole.progress == Progress(70, "seventy")
+    assert whole.result_offset == SPLIT_SAMPLE.index(b"[RESULT]")
+    assert whole.prompt_end == len(SPLIT_SAMPLE)
+    assert whole.lines == 6
+    assert _state(_follow(tmp_path / "split", SPLIT_SAMPLE, step)) == _state(whole)
+
+
+@pytest.mark.parametrize("chunk", [4, 8, 16, 64])
+def test_follower_marker_split_across_read_chunks(tmp_path, monkeypatch, chunk: int) -> None:
+    """One poll, several reads: a marker cut by the read boundary is still found."""
+    data = b"".join(b"line %d\n" % i for i in range(30)) + b"[PROGRESS:55] cut\n> q\nafter\n"
+    expected = _state(_follow(tmp_path / "ref", data, None))
+    monkeypatch.setattr(output, "READ_CHUNK", chunk)
+    monkeypatch.setattr(output, "MAX_PARTIAL_LINE", 1 << 20)
+    got = _follow(tmp_path / "chunked", data, None)
+    assert _state(got) == expected
+    assert got.progress == Progress(55, "cut") and got.lines == 33
+    assert got.prompt_end == data.index(b"after")
+
+
+def test_follower_pending_line_is_a_copy(tmp_path) -> None:
+    """The partial line must survive other followers reusing the read buffer."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(b"[PROGRESS:1")
+    b.write_bytes(b"zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz\n")
+    fa, fb = LogFollower(str(a)), LogFollower(str(b))
+    fa.poll()
+    fb.poll()
+    with open(a, "ab") as out:
+        out.write(b"0] ten\n")
+    assert fa.poll() and fa.progress == Progress(10, "ten")
+
+
+def test_follower_without_marker_bytes(tmp_path) -> None:
+    """Output with no `[` and no `>` at all (base64, say): counts only."""
+    p = tmp_path / "stdout"
+    p.write_bytes(b"QUJDRA==\n" * 10_000 + b"tail")
+    f = LogFollower(str(p))
+    assert not f.poll()
+    assert f.lines == 10_000 and f.progress is None
+    assert f.result_offset is None and f.prompt_end is None
+    f.finish()
+    assert f.lines == 10_001
+
+
+def test_summarize_tail(tmp_path) -> None:
+    p = tmp_path / "stdout"
+    filler = b"".join(b"filler %d\n" % i for i in range(20_000))
+    # [RESULT] inside the window wins.
+    p.write_bytes(b"> prompt\n" + filler + b"[RESULT] done\nmore\n")
+    assert summarize_tail(str(p), window=4096) == "done\nmore"
+    # None in the window: the one the follower saw earlier.
+    p.write_bytes(b"[RESULT] early\n" + filler)
+    f = LogFollower(str(p))
+    f.poll(max_bytes=100)
+    assert f.result_offset == 0
+    assert summarize_tail(str(p), f, window=4096).startswith("early\nfiller 0")
+    # Else what follows the last prompt in the window, else the tail.
+    p.write_bytes(filler + b"> question\nthe answer\n")
+    assert summarize_tail(str(p), LogFollower(str(p)), window=4096) == "the answer"
+    p.write_bytes(filler)
+    tail = summarize_tail(str(p), window=4096)
+    assert tail.split("\n")[-1] == "filler 19999" and "filler 0\n" not in tail
+    assert summarize_tail(str(tmp_path / "missing")) == ""

@@ -13,7 +13,14 @@ timeout, spawn error) or `cancelled` (halt).
 
 Events (`subscribe`): "queued", "started", "progress" (percent or text of the
 last `[PROGRESS]` marker changed), "finished" (terminal), "updated" (anything
-else worth redrawing: queue position moved, task adopted during recovery).
+else worth redrawing: queue position moved, task adopted during recovery, a
+finished task's exact line count and last progress filled in).
+
+The exit is reported first: "finished" never waits for reading a large
+unread log (see `_summarize_at_exit`); the line count follows in "updated".
+
+Tasks run `nice` (default 10) steps below the host's own priority, so that
+floods of output compete less with the editor for the CPU.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from .output import (
     decode,
     read_new,
     summarize_file,
+    summarize_tail,
     summary_of,
     tail_bytes,
 )
@@ -115,17 +123,58 @@ class _Active:
     finishing: bool = False
 
 
-def _scan_for_summary(task: Task, follower: LogFollower) -> tuple[str, str]:
-    """(stdout summary, stderr tail). Runs in a worker thread."""
-    follower.poll()
-    follower.finish()
-    out = summarize_file(task.log_path, follower) if task.log_path else ""
-    err = ""
+# At a task's exit, unread log bytes up to this are read before "finished"
+# (exact summary and line count at once); beyond it the summary comes from the tail.
+FULL_SCAN_MAX = 8 << 20
+
+
+def _stderr_summary(task: Task) -> str:
     if task.stderr_path:
         data = tail_bytes(task.stderr_path, 4096)
         if data.strip():
-            err = summary_of(decode(data), max_lines=20, max_bytes=2048)
-    return out, err
+            return summary_of(decode(data), max_lines=20, max_bytes=2048)
+    return ""
+
+
+def _scan_for_summary(task: Task, follower: LogFollower) -> tuple[str, str]:
+    """(stdout summary, stderr tail), reading the whole unread log. Worker thread."""
+    _read_to_end(follower)
+    out = summarize_file(task.log_path, follower) if task.log_path else ""
+    return out, _stderr_summary(task)
+
+
+def _read_to_end(follower: LogFollower) -> None:
+    follower.poll()
+    follower.finish()
+
+
+def _summarize_at_exit(
+    task: Task, follower: LogFollower, full_scan_max: int = FULL_SCAN_MAX
+) -> tuple[str, str, bool]:
+    """(stdout summary, stderr tail, exact) of a task whose process just ended.
+
+    Worker thread. The exit must not wait for reading the whole log, so:
+
+    - unread bytes (file size - what the follower read) <= `full_scan_max`:
+      the follower reads them now; summary (`summarize_file`), line count and
+      progress are exact (`exact` True);
+    - more than that: only the file's last 64 KiB is read (`summarize_tail`:
+      the last `[RESULT]` there, else the last `[RESULT]` the follower saw,
+      else what follows the last `> ` line there, else the tail). `exact` is
+      False: the follower's line count and progress are still partial and
+      the caller completes them afterwards (`_read_to_end`). The summary is
+      final either way: it is what the task's result shows.
+    """
+    if not task.log_path:
+        return "", _stderr_summary(task), True
+    try:
+        size = os.path.getsize(task.log_path)
+    except OSError:
+        size = 0
+    if size - follower.position <= full_scan_max:
+        out, err = _scan_for_summary(task, follower)
+        return out, err, True
+    return summarize_tail(task.log_path, follower), _stderr_summary(task), False
 
 
 def _combine_summary(status: TaskStatus, out: str, err: str) -> str:
@@ -168,6 +217,8 @@ class TaskManager:
         poll_max_bytes: int = 64 << 20,
         exit_grace: float = 0.5,
         purge_interval: float = 3600.0,
+        nice: int = 10,
+        full_scan_max: int = FULL_SCAN_MAX,
     ) -> None:
         self.store = store
         self.state_dir = os.path.abspath(os.path.expanduser(state_dir))
@@ -181,8 +232,13 @@ class TaskManager:
         self.poll_max_bytes = poll_max_bytes
         self.exit_grace = exit_grace
         self.purge_interval = purge_interval
+        # Niceness increment of new tasks (0: the host's own priority); settable.
+        self.nice = nice
+        self.full_scan_max = full_scan_max
         self._subscribers: list[Callable[[TaskEvent], None]] = []
         self._active: dict[str, _Active] = {}
+        # Finished tasks whose log is still being counted (after "finished").
+        self._counting: dict[str, LogFollower] = {}
         self._queue: collections.deque[str] = collections.deque()
         self._queued: dict[str, Task] = {}
         self._done: dict[str, asyncio.Future[None]] = {}
@@ -263,11 +319,15 @@ class TaskManager:
 
     # ------------------------------------------------------------------ queries
 
+    def _live_follower(self, token: str) -> LogFollower | None:
+        act = self._active.get(token)
+        return act.follower if act is not None else self._counting.get(token)
+
     def get(self, token: str) -> Task | None:
         task = self.store.get(token)
-        act = self._active.get(token)
-        if task is not None and act is not None:
-            task.lines = max(task.lines, act.follower.lines)
+        follower = self._live_follower(token)
+        if task is not None and follower is not None:
+            task.lines = max(task.lines, follower.lines)
         return task
 
     def list(
@@ -279,9 +339,9 @@ class TaskManager:
     ) -> list[Task]:
         tasks = self.store.list(status=status, owner=owner, limit=limit, offset=offset)
         for t in tasks:
-            act = self._active.get(t.id)
-            if act is not None:
-                t.lines = max(t.lines, act.follower.lines)
+            follower = self._live_follower(t.id)
+            if follower is not None:
+                t.lines = max(t.lines, follower.lines)
         return tasks
 
     def count(self, status: StatusFilter = None, owner: str | None = None) -> int:
@@ -368,7 +428,7 @@ class TaskManager:
         env = dict(task.env)
         env["SIDEKICK_TASK_ID"] = task.id
         try:
-            proc = runner.spawn(task.command, task.log_dir, cwd=task.cwd, env=env)
+            proc = runner.spawn(task.command, task.log_dir, cwd=task.cwd, env=env, nice=self.nice)
         except runner.SpawnError as exc:
             transition(task, TaskStatus.FAILED, reason=Reason.SPAWN_ERROR)
             task.error = str(exc)
@@ -470,9 +530,10 @@ class TaskManager:
         if runner.group_alive(proc.pgid) and (proc.is_child or proc.alive()):
             self._background(runner.terminate_group(proc.pgid, self.halt_grace))
         task = act.task
+        exact = True
         try:
-            out, err = await self._loop().run_in_executor(
-                None, _scan_for_summary, task, act.follower
+            out, err, exact = await self._loop().run_in_executor(
+                None, _summarize_at_exit, task, act.follower, self.full_scan_max
             )
         except Exception:  # unreadable log: still finish the task
             log.exception("task %s: cannot read its log", token)
@@ -505,10 +566,32 @@ class TaskManager:
                 fresh.lines = task.lines
                 self._save(fresh, ("exit_code", "summary", "lines"))
                 task = fresh
+        if not exact:
+            self._counting[token] = act.follower
         self._active.pop(token, None)
         self._emit("finished", task)
         self._resolve(token)
         self._pump()
+        if not exact:
+            self._background(self._count_rest(task, act.follower))
+
+    async def _count_rest(self, task: Task, follower: LogFollower) -> None:
+        """After "finished": read the rest of the log for the exact line count
+        and last progress; save them and emit "updated"."""
+        try:
+            await self._loop().run_in_executor(None, _read_to_end, follower)
+        except Exception:
+            log.exception("task %s: cannot read its log", task.id)
+            return
+        finally:
+            self._counting.pop(task.id, None)
+        task = task.copy()
+        task.lines = follower.lines
+        if follower.progress is not None:
+            task.progress = follower.progress.percent
+            task.progress_text = follower.progress.text
+        if self._save(task, ("lines", "progress", "progress_text")):
+            self._emit("updated", task)
 
     # ------------------------------------------------------------------ progress
 
@@ -677,8 +760,8 @@ class TaskManager:
                 None, _filter_region, path, start, rx, scan_bytes, max_bytes, complete
             )
             chunk_text, nxt = "\n".join(matches), start
-        act = self._active.get(token)
-        lines = act.follower.lines if act is not None else task.lines
+        follower = self._live_follower(token)
+        lines = max(task.lines, follower.lines) if follower is not None else task.lines
         return OutputRead(
             token=token,
             status=task.status.value,

@@ -199,6 +199,7 @@ def _read_range(path: str, start: int, max_bytes: int) -> bytes:
 
 
 FilterPattern = Union[str, Pattern[str]]
+ByteBuf = Union[bytes, bytearray]
 
 
 def compile_filter(pattern: FilterPattern) -> Pattern[str]:
@@ -226,27 +227,54 @@ def filter_lines(text: str, pattern: FilterPattern) -> list[str]:
 # --------------------------------------------------------------------------- follower
 
 
-def _line_start(buf: bytes, pos: int) -> int:
-    return max(buf.rfind(b"\n", 0, pos), buf.rfind(b"\r", 0, pos)) + 1
+def _line_start(buf: ByteBuf, pos: int, lo: int = 0) -> int:
+    """Start of the line holding `pos` (a LF or CR ends a line), not before `lo`."""
+    nl = buf.rfind(b"\n", lo, pos)
+    cr = buf.rfind(b"\r", nl + 1 if nl >= 0 else lo, pos)
+    cut = max(nl, cr)
+    return lo if cut < 0 else cut + 1
 
 
-def _line_end(buf: bytes, pos: int) -> int:
-    ends = [i for i in (buf.find(b"\n", pos), buf.find(b"\r", pos)) if i >= 0]
-    return min(ends) if ends else len(buf)
+def _line_end(buf: ByteBuf, pos: int, hi: int | None = None) -> int:
+    """Index of the LF or CR ending the line at `pos`, or `hi` (default: len(buf))."""
+    if hi is None:
+        hi = len(buf)
+    nl = buf.find(b"\n", pos, hi)
+    cr = buf.find(b"\r", pos, hi if nl < 0 else nl)
+    if cr >= 0:
+        return cr
+    return hi if nl < 0 else nl
 
 
-def _only_blanks(prefix: bytes) -> bool:
+def _only_blanks(prefix: ByteBuf) -> bool:
     return not _ANSI_B.sub(b"", prefix).strip(b" \t")
+
+
+_scratch = threading.local()
+
+
+def _scratch_buffer(need: int) -> bytearray:
+    """This thread's read buffer, at least `need` bytes (kept for the next poll)."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or len(buf) < need:
+        buf = _scratch.buf = bytearray(max(need, READ_CHUNK + MAX_PARTIAL_LINE))
+    return buf
 
 
 class LogFollower:
     """Incremental reader of one growing log file.
 
     Each `poll()` reads only the bytes appended since the previous one. A
-    trailing partial line is kept in memory (at most `MAX_PARTIAL_LINE` bytes)
-    and completed by the next poll, so every byte is read from disk once
-    (`bytes_read` counts them). Lines end at LF; a CR also ends a line for
-    marker purposes (progress bars that redraw with CR work).
+    trailing partial line is kept in memory and completed by the next poll
+    (a line that reaches `MAX_PARTIAL_LINE` bytes with no end in sight is
+    consumed anyway), so every byte is read from disk once (`bytes_read`
+    counts them). Lines end at LF; a CR also ends a line for marker purposes
+    (progress bars that redraw with CR work).
+
+    Reading is cheap per byte: `readinto` one reusable per-thread buffer
+    (the pending partial line is copied in front of the new bytes, never
+    concatenated), `count`/`rfind` with start/end bounds instead of slices,
+    and a marker search only when its first byte (`[`, `>`) occurs at all.
 
     Safe to call from a worker thread; one poll at a time.
     """
@@ -268,12 +296,17 @@ class LogFollower:
         """Bytes consumed as complete lines (what counts and markers cover)."""
         return self._pos - len(self._pending)
 
+    @property
+    def position(self) -> int:
+        """Bytes read from the file so far (the partial last line included)."""
+        return self._pos
+
     def poll(self, max_bytes: int | None = None) -> bool:
         """Read new bytes (at most `max_bytes` this call); True if progress changed."""
         with self._lock:
             before = self.progress
             try:
-                f = open(self.path, "rb")  # noqa: SIM115 (closed by the with below)
+                f = open(self.path, "rb", buffering=0)  # noqa: SIM115 (closed by the with below)
             except FileNotFoundError:
                 return False
             with f:
@@ -282,21 +315,31 @@ class LogFollower:
                     self._reset()
                 f.seek(self._pos)
                 budget = size - self._pos if max_bytes is None else min(max_bytes, size - self._pos)
+                if budget <= 0:
+                    return self.progress != before
                 while budget > 0:
-                    data = f.read(min(READ_CHUNK, budget))
-                    if not data:
+                    # The pending partial line (< READ_CHUNK bytes, or at most
+                    # MAX_PARTIAL_LINE) goes in front of the new bytes.
+                    plen = len(self._pending)
+                    want = min(READ_CHUNK, budget)
+                    buf = _scratch_buffer(plen + want)
+                    buf[:plen] = self._pending
+                    with memoryview(buf) as view:
+                        got = f.readinto(view[plen : plen + want])
+                    if not got:
                         break
-                    budget -= len(data)
-                    self.bytes_read += len(data)
-                    self._pos += len(data)
-                    self._feed(data)
+                    budget -= got
+                    self.bytes_read += got
+                    self._pos += got
+                    self._feed(buf, plen + got)
             return self.progress != before
 
     def finish(self) -> None:
         """The writer is done: account for a final line without newline."""
         with self._lock:
             if self._pending:
-                self._scan(self._pending, self._pos - len(self._pending))
+                pending = self._pending
+                self._scan(pending, 0, len(pending), self._pos - len(pending))
                 self.lines += 1
                 self._pending = b""
                 self._at_line_start = True
@@ -309,74 +352,81 @@ class LogFollower:
         self._pending = b""
         self._at_line_start = True
 
-    def _feed(self, data: bytes) -> None:
-        buf = self._pending + data if self._pending else data
-        base = self._pos - len(buf)
-        cut = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
+    def _feed(self, buf: ByteBuf, n: int) -> None:
+        """Consume `buf[:n]`: the pending partial line followed by new bytes."""
+        base = self._pos - n  # file offset of buf[0]
+        nl = buf.rfind(b"\n", 0, n)
+        cr = buf.rfind(b"\r", nl + 1, n)
+        cut = max(nl, cr)
         if cut < 0:
-            if len(buf) <= MAX_PARTIAL_LINE:
-                self._pending = buf
+            if n <= MAX_PARTIAL_LINE:
+                self._pending = bytes(buf[:n])
                 return
-            complete, rest = buf, b""  # give up on finding the end of this line
+            end = n  # give up on finding the end of this line
         else:
-            complete, rest = buf[: cut + 1], buf[cut + 1 :]
-        self._scan(complete, base)
-        self.lines += complete.count(b"\n")
+            end = cut + 1
+        self._scan(buf, 0, end, base)
+        self.lines += buf.count(b"\n", 0, end)
         self._at_line_start = cut >= 0  # forced: the next bytes continue a line
-        self._pending = rest
+        self._pending = bytes(buf[end:n])
 
-    def _scan(self, buf: bytes, base: int) -> None:
-        """Find the last progress marker, [RESULT] line and prompt line in `buf`."""
-        progress = self._last_marker(buf, b"[PROGRESS")
-        if progress is not None:
-            m = _MARKER_B.match(progress[1])
-            if m is not None:
-                pct = m.group(2)
-                self.progress = Progress(
-                    None if pct is None else max(0, min(100, int(pct))),
-                    decode(m.group(3)).strip(),
-                )
-        result = self._last_marker(buf, b"[RESULT]")
-        if result is not None:
-            self.result_offset = base + result[0]
-        prompt = self._last_prompt(buf)
-        if prompt is not None:
-            self.prompt_end = base + prompt
+    def _scan(self, buf: ByteBuf, lo: int, hi: int, base: int) -> None:
+        """Find the last progress marker, [RESULT] line and prompt line in
+        `buf[lo:hi]`, which starts at file offset `base`."""
+        if buf.find(b"[", lo, hi) >= 0:
+            progress = self._last_marker(buf, lo, hi, b"[PROGRESS")
+            if progress is not None:
+                m = _MARKER_B.match(progress[1])
+                if m is not None:
+                    pct = m.group(2)
+                    self.progress = Progress(
+                        None if pct is None else max(0, min(100, int(pct))),
+                        decode(m.group(3)).strip(),
+                    )
+            result = self._last_marker(buf, lo, hi, b"[RESULT]")
+            if result is not None:
+                self.result_offset = base + result[0] - lo
+        if buf.find(b">", lo, hi) >= 0:
+            prompt = self._last_prompt(buf, lo, hi)
+            if prompt is not None:
+                self.prompt_end = base + prompt - lo
 
-    def _valid_start(self, buf: bytes, pos: int) -> int | None:
-        start = _line_start(buf, pos)
-        if start == 0 and not self._at_line_start:
+    def _valid_start(self, buf: ByteBuf, lo: int, pos: int) -> int | None:
+        start = _line_start(buf, pos, lo)
+        if start == lo and not self._at_line_start:
             return None
-        return start if _only_blanks(buf[start:pos]) else None
+        return start if start == pos or _only_blanks(buf[start:pos]) else None
 
-    def _last_marker(self, buf: bytes, needle: bytes) -> tuple[int, bytes] | None:
-        end = len(buf)
+    def _last_marker(
+        self, buf: ByteBuf, lo: int, hi: int, needle: bytes
+    ) -> tuple[int, bytes] | None:
+        end = hi
         while True:
-            pos = buf.rfind(needle, 0, end)
+            pos = buf.rfind(needle, lo, end)
             if pos < 0:
                 return None
-            start = self._valid_start(buf, pos)
+            start = self._valid_start(buf, lo, pos)
             if start is not None:
-                line = _ANSI_B.sub(b"", buf[start : _line_end(buf, pos)])
+                line = _ANSI_B.sub(b"", bytes(buf[start : _line_end(buf, pos, hi)]))
                 if _MARKER_B.match(line):
                     return start, line
             end = pos
 
-    def _last_prompt(self, buf: bytes) -> int | None:
-        end = len(buf)
+    def _last_prompt(self, buf: ByteBuf, lo: int, hi: int) -> int | None:
+        end = hi
         while True:
-            pos = buf.rfind(b"> ", 0, end)
+            pos = buf.rfind(b"> ", lo, end)
             if pos < 0:
                 return None
-            start = _line_start(buf, pos)
-            ok = not (start == 0 and not self._at_line_start)
+            start = _line_start(buf, pos, lo)
+            ok = not (start == lo and not self._at_line_start)
             if ok and (start == pos or not _ANSI_B.sub(b"", buf[start:pos])):
-                stop = _line_end(buf, pos)
-                if buf[stop : stop + 2] == b"\r\n":
+                stop = _line_end(buf, pos, hi)
+                if stop + 2 <= hi and buf[stop : stop + 2] == b"\r\n":
                     return stop + 2
-                return min(stop + 1, len(buf))
+                return min(stop + 1, hi)
             end = start  # skip the rest of this line
-            if end <= 0:
+            if end <= lo:
                 return None
 
 
@@ -409,6 +459,41 @@ def summarize_file(
     text = decode(data)
     if len(data) < _size(path) and "\n" in text:  # cut: drop the partial first line
         text = text.split("\n", 1)[1]
+    return summary_of(text, max_lines=max_lines, max_bytes=tail_bytes_)
+
+
+TAIL_WINDOW = 64 * 1024
+
+
+def summarize_tail(
+    path: str,
+    follower: LogFollower | None = None,
+    *,
+    window: int = TAIL_WINDOW,
+    max_lines: int = SUMMARY_LINES,
+    tail_bytes_: int = SUMMARY_BYTES,
+) -> str:
+    """The summary of a log that has NOT been read to its end, reading only its
+    last `window` bytes (plus, at most, `window` bytes at a known `[RESULT]`).
+
+    Rule: the last `[RESULT]` marker in the tail window, if any (the content
+    from it on); else the last `[RESULT]` the follower already saw, if any;
+    else the content after the last prompt line (`> `) in the window, if
+    non-empty; else the tail. A `[RESULT]` (or prompt) line in the unread
+    region before the window is missed: the cost of not reading that region.
+    """
+    size = _size(path)
+    data = tail_bytes(path, window)
+    text = decode(data)
+    if len(data) < size and "\n" in text:  # cut: drop the partial first line
+        text = text.split("\n", 1)[1]
+    lines = clean(text).split("\n")
+    has_result = any(
+        (m := _MARKER_RE.match(line)) is not None and m.group(1) == "RESULT" for line in lines
+    )
+    if not has_result and follower is not None and follower.result_offset is not None:
+        known = decode(_read_range(path, follower.result_offset, window))
+        return summary_of(known, max_lines=max_lines, max_bytes=tail_bytes_)
     return summary_of(text, max_lines=max_lines, max_bytes=tail_bytes_)
 
 

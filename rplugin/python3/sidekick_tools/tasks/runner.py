@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import signal
 import subprocess
@@ -34,6 +35,8 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 WRAPPER = r"""trap 'sk_sig=15' TERM
 trap 'sk_sig=1' HUP
@@ -477,9 +480,14 @@ def spawn(
     *,
     cwd: str | None = None,
     env: dict[str, str] | None = None,
+    nice: int = 0,
 ) -> ChildProcess:
     """Start `command` under the supervisor wrapper; raise SpawnError with a
-    message for the user when that is impossible (bad cwd, bad env, no shell)."""
+    message for the user when that is impossible (bad cwd, bad env, no shell).
+
+    `nice` > 0 lowers the task's CPU priority: its process group runs that many
+    steps nicer than this process (like `nice -n`, capped at 19); processes
+    it starts later inherit that. Failing to set it is logged, never fatal."""
     log_dir = os.path.abspath(log_dir)
     if cwd:
         cwd = os.path.abspath(os.path.expanduser(cwd))
@@ -514,4 +522,15 @@ def spawn(
         if isinstance(exc, OSError) and exc.errno in (errno.ENOENT, errno.ENOTDIR) and cwd:
             reason = f"{reason} (working directory {cwd})"
         raise SpawnError(f"cannot start the task: {reason}") from exc
+    if nice > 0:
+        set_group_nice(popen.pid, nice)
     return ChildProcess(popen, start_token(popen.pid), log_dir)
+
+
+def set_group_nice(pgid: int, increment: int) -> None:
+    """Make every process of group `pgid` `increment` steps nicer than this one."""
+    try:
+        value = min(19, os.getpriority(os.PRIO_PROCESS, 0) + increment)
+        os.setpriority(os.PRIO_PGRP, pgid, value)
+    except (OSError, AttributeError) as exc:  # PermissionError is an OSError
+        log.info("task group %d: cannot lower its priority: %s", pgid, exc)
