@@ -29,6 +29,12 @@ M.options = {
   { "tasks.await_timeout", 55, "number", "Upper bound of one await_task wait, seconds" },
   { "tasks.halt_grace", 5, "number", "Seconds between SIGTERM and SIGKILL when halting" },
   { "tasks.kill_on_exit", true, "boolean", "Halt this Neovim's running tasks when it exits" },
+  {
+    "tasks.nice",
+    10,
+    "number",
+    "Niceness added to tasks so the editor stays responsive (0: none)",
+  },
   { "tasks.retention.completed", 86400, "number", "Seconds completed tasks are kept" },
   { "tasks.retention.failed", 172800, "number", "Seconds failed and cancelled tasks are kept" },
   {

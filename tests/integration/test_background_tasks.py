@@ -316,3 +316,13 @@ def test_locked_database_falls_back_to_memory(editor):
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_tasks_run_niced_below_the_editor_and_it_is_configurable(editor):
+    editor.setup(tasks={"hybrid_threshold": 0.2, "nice": 5})
+    editor.open_chat(HEAD + call("n", "sleep 1000"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=n status=running task=")
+    pid = task_of(editor, "n")["pid"]
+    assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)
+    editor.lua("return require('sidekick_tools').halt(...)", task_of(editor, "n")["id"])

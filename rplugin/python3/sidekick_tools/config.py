@@ -54,6 +54,7 @@ class TasksConfig:
     await_timeout: float = 55.0
     halt_grace: float = 5.0
     kill_on_exit: bool = True
+    nice: int = 10
     retention: Retention = field(default_factory=Retention)
 
 

@@ -99,6 +99,7 @@ class Host:
             default_timeout=t.default_timeout,
             halt_grace=t.halt_grace,
             retention=(t.retention.completed, t.retention.failed),
+            nice=int(t.nice),
         )
         self.port.block_on(self.tasks.recover())
         self.calls = CallRunner(self.port, self.tasks, config)
@@ -130,6 +131,7 @@ class Host:
         self.tasks.max_concurrent = max(1, int(t.max_concurrent))
         self.tasks.default_timeout = t.default_timeout
         self.tasks.halt_grace = float(t.halt_grace)
+        self.tasks.nice = int(t.nice)
 
     def _info(self) -> dict[str, Any]:
         assert self.config is not None
