@@ -8,7 +8,14 @@ import time
 
 import pytest
 from sidekick_tools.tasks import runner
-from sidekick_tools.tasks.manager import TaskEvent, TaskManager, TaskNotFound, TaskSpec
+from sidekick_tools.tasks.manager import (
+    TaskEvent,
+    TaskManager,
+    TaskNotFound,
+    TaskSpec,
+    _Active,
+    _due_for_poll,
+)
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
 from sidekick_tools.tasks.store import MemoryStore, SqliteStore, TaskStore
 
@@ -185,9 +192,21 @@ async def test_finished_small_unread_log_is_exact_at_once(tasks_state, tmp_path)
     fin = [e for e in events if e.kind == "finished"][0]
     assert fin.task.lines == 1001 and fin.task.progress == 50
     assert fin.task.summary.endswith("1000\n[PROGRESS:50] half")
-    await asyncio.sleep(0.1)
+    # Exact at once: no count after "finished" was scheduled.
+    assert m._counting == {}  # noqa: SLF001
     assert not [e for e in events if e.kind == "updated"]
     await m.shutdown(kill=True)
+
+
+def test_live_poll_starts_one_interval_after_a_task_starts():
+    """A task shorter than the poll interval is never read while it runs."""
+    t0 = 1000.0
+    new = _Active(Task(id="aaaa"), None, None, watched_since=t0)  # type: ignore[arg-type]
+    old = _Active(Task(id="bbbb"), None, None, watched_since=t0 - 5)  # type: ignore[arg-type]
+    ending = _Active(Task(id="cccc"), None, None, watched_since=t0 - 5, finishing=True)  # type: ignore[arg-type]
+    acts = [new, old, ending]
+    assert _due_for_poll(acts, t0 + 0.5, 1.0) == [old]
+    assert _due_for_poll(acts, t0 + 1.0, 1.0) == [new, old]
 
 
 @pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no getpriority")

@@ -16,6 +16,11 @@ last `[PROGRESS]` marker changed), "finished" (terminal), "updated" (anything
 else worth redrawing: queue position moved, task adopted during recovery, a
 finished task's exact line count and last progress filled in).
 
+A running task's log is read live once per `poll_interval`, starting one
+interval after the task started: a task shorter than that costs no reading
+while it runs (reading competes for the CPU with the task itself), only one
+read at its exit.
+
 The exit is reported first: "finished" never waits for reading a large
 unread log (see `_summarize_at_exit`); the line count follows in "updated".
 
@@ -121,6 +126,15 @@ class _Active:
     halt_reason: str | None = None
     halt_error: str | None = None
     finishing: bool = False
+    # When we began watching it: its log is first read live one poll interval
+    # later, so a task shorter than that is read once, at its exit.
+    watched_since: float = field(default_factory=time.monotonic)
+
+
+def _due_for_poll(acts: Iterable[_Active], now: float, interval: float) -> list[_Active]:
+    """The running tasks whose log the live poll reads now: not finishing,
+    watched for at least one interval."""
+    return [a for a in acts if not a.finishing and now - a.watched_since >= interval]
 
 
 # At a task's exit, unread log bytes up to this are read before "finished"
@@ -599,7 +613,7 @@ class TaskManager:
         loop = self._loop()
         while self._active and not self._closed:
             await asyncio.sleep(self.poll_interval)
-            acts = [a for a in self._active.values() if not a.finishing]
+            acts = _due_for_poll(self._active.values(), time.monotonic(), self.poll_interval)
             if not acts:
                 continue
             changed = await loop.run_in_executor(

@@ -7,11 +7,14 @@ Every task runs as
 in its own session (so its own process group, pgid == supervisor pid) with
 stdin from /dev/null. The wrapper (the task's *supervisor*) runs the command
 with `/bin/sh -c COMMAND`, the shell redirecting its stdout and stderr to
-`LOG_DIR/stdout` and `LOG_DIR/stderr` (created 0600 beforehand, so the shell
-only truncates them; the wrapper's own stderr, e.g. the shell's "Terminated"
-report, goes to /dev/null and never pollutes the task's log), and records
-the outcome in `LOG_DIR/exit` atomically (temp file + `mv`), so any later host
-can learn how the task ended without having been its parent. Output never
+`LOG_DIR/stdout` and `LOG_DIR/stderr`. Those are created empty (0600)
+beforehand and the shell opens them for appending, never truncating: on ext4
+a truncated file is flushed in full when its writer closes it
+("auto_da_alloc"), which cost a 100 MB task a quarter of its wall time. The
+wrapper's own stderr (e.g. the shell's "Terminated" report) goes to /dev/null
+and never pollutes the task's log. The wrapper records the outcome in
+`LOG_DIR/exit` atomically (temp file + `mv`), so any later host can learn how
+the task ended without having been its parent. Output never
 passes through Python.
 
 The wrapper traps TERM/HUP/INT with a handler (not `trap ''`, which children
@@ -41,7 +44,7 @@ log = logging.getLogger(__name__)
 WRAPPER = r"""trap 'sk_sig=15' TERM
 trap 'sk_sig=1' HUP
 trap 'sk_sig=2' INT
-/bin/sh -c "$1" </dev/null >"$2/stdout" 2>"$2/stderr"
+/bin/sh -c "$1" </dev/null >>"$2/stdout" 2>>"$2/stderr"
 sk_rc=$?
 umask 077
 printf 'code=%s\nsignal=%s\nended=%s\n' "$sk_rc" "${sk_sig:-0}" "${EPOCHREALTIME:-}" \
