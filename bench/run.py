@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,6 +35,12 @@ import report  # noqa: E402
 from nvimctl import ROOT, Editor, base_env, nvim_binary, run_quiet, wait_until  # noqa: E402
 
 BASELINES = ("jobstart", "system")
+
+
+# Ends are timestamped inside the editor (Lua), so how often the harness asks
+# whether a run has ended changes no figure; asking rarely keeps the harness
+# from competing for the CPU with what it measures.
+END_POLL = 0.25
 
 
 def flood_command(mb: float) -> str:
@@ -225,14 +232,20 @@ class Bench:
         reps = self.a.wall_reps
         self.log(f"wall time: {mb:g} MB, {reps} runs each")
         direct = []
-        out = self.tmp / "direct.out"
+        # Each direct run's output file is kept until the end, like a task's
+        # log: both sides leave the same amount of data to be written back.
+        # Every timed run starts after a sync(): otherwise the kernel writes
+        # back earlier runs' 100 MB files (30 s after they were written) in
+        # the middle of whichever run comes then, and the figures go bimodal.
+        outs = self.tmp / "direct"
+        outs.mkdir()
 
         def run_direct() -> None:
+            os.sync()
             t0 = time.perf_counter()
-            with open(out, "wb") as f:
+            with open(outs / f"{len(direct)}.out", "wb") as f:
                 subprocess.run(["/bin/sh", "-c", cmd], stdout=f, check=True)
             direct.append((time.perf_counter() - t0) * 1000)
-            out.unlink()
 
         res: dict[str, list[float]] = {"ours": [], "ours_proc": [], "jobstart": [], "system": []}
         ed = Editor(self.tmp)
@@ -244,11 +257,12 @@ class Bench:
                 run_direct()  # interleaved, so that both see the same machine state
                 lnum = ed.find_line(f"```tool run_terminal_command id=c{i}")
                 ed.lua(f"vim.api.nvim_win_set_cursor(0, {{{lnum}, 0}})")
+                os.sync()
                 ed.lua(
                     "require('sidekick_bench').track_plugin(1)\n"
                     "require('sidekick_tools').run_tool()"
                 )
-                wait_until(lambda: ed.state()["done"] >= 1, 120, 0.02, "task end")
+                wait_until(lambda: ed.state()["done"] >= 1, 120, END_POLL, "task end")
                 st = ed.state()
                 res["ours"].append((st["t_done"] - st["t0"]) / 1e6)
                 task = ed.lua(
@@ -259,13 +273,15 @@ class Bench:
                 time.sleep(0.3)
             for kind in BASELINES:
                 for _ in range(reps):
+                    os.sync()
                     ed.bench("spawn", kind, cmd, 1)
-                    wait_until(lambda: ed.state()["done"] >= 1, 120, 0.02, "baseline end")
+                    wait_until(lambda: ed.state()["done"] >= 1, 120, END_POLL, "baseline end")
                     st = ed.state()
                     res[kind].append((st["t_done"] - st["t0"]) / 1e6)
                     ed.bench("stop_all", kind)
         finally:
             ed.close()
+            shutil.rmtree(outs, ignore_errors=True)
         d = med(direct)
         ours = med(res["ours"])
         self.raw["wall"] = {"direct": direct, **res}
@@ -547,13 +563,13 @@ class Bench:
             ed.start_host()
             time.sleep(0.3)
             ed.bench("plugin_run_tools", n)
-            wait_until(lambda: ed.state()["done"] >= n, 120, 0.05, "short tasks")
+            wait_until(lambda: ed.state()["done"] >= n, 120, END_POLL, "short tasks")
             st = ed.state()
             res["ours"] = (st["t_done"] - st["t0"]) / 1e6
             res["ours_return"] = (st["t_returned"] - st["t0"]) / 1e6
             for kind in BASELINES:
                 ed.bench("spawn", kind, "true", n)
-                wait_until(lambda: ed.state()["done"] >= n, 60, 0.02, "baseline short")
+                wait_until(lambda: ed.state()["done"] >= n, 60, END_POLL, "baseline short")
                 st = ed.state()
                 res[kind] = (st["t_done"] - st["t0"]) / 1e6
                 ed.bench("stop_all", kind)
