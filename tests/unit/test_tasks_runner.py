@@ -109,6 +109,10 @@ def test_read_exit(tmp_path) -> None:
     assert rec.ended_at == pytest.approx(os.stat(tmp_path / "exit").st_mtime)
     (tmp_path / "exit").write_text("code=0\nsignal=15\nended=1700000000,25\n")
     assert runner.read_exit(d) == runner.ExitRecord(0, 15, 1700000000.25)
+    # Being written (the supervisor's printf not done yet): not a record yet.
+    for partial in ("", "code=1", "code=12\nsignal=0\n", "code=12\nsignal=0\nended=17000"):
+        (tmp_path / "exit").write_text(partial)
+        assert runner.read_exit(d) is None, partial
 
 
 def test_spawn_errors(tmp_path) -> None:
@@ -227,6 +231,28 @@ async def test_foreign_process_is_polled(tmp_path) -> None:
     gone.watch(asyncio.get_running_loop(), fired2.set)
     await asyncio.wait_for(fired2.wait(), 10)
     assert gone.outcome().code is None and not gone.outcome().recorded
+
+
+async def test_foreign_process_waits_for_a_complete_exit_record(tmp_path) -> None:
+    log_dir = tmp_path / "log"
+    child = runner.spawn("sleep 1000", str(log_dir), cwd=str(tmp_path))
+    try:
+        foreign = runner.ForeignProcess(child.pid, child.start_token, str(log_dir))
+        fired: list[bool] = []
+        foreign.watch(asyncio.get_running_loop(), lambda: fired.append(True))
+        foreign.unwatch()  # drive the checks by hand
+        foreign._loop = asyncio.get_running_loop()  # noqa: SLF001
+        foreign._on_exit = lambda: fired.append(True)  # noqa: SLF001
+        (log_dir / "exit").write_text("code=3\nsig")  # the writer is mid-printf
+        foreign._check()  # noqa: SLF001
+        assert fired == [] and foreign._timer is not None  # noqa: SLF001
+        foreign._timer.cancel()  # noqa: SLF001
+        (log_dir / "exit").write_text("code=3\nsignal=0\nended=\n")
+        foreign._check()  # noqa: SLF001
+        assert fired == [True] and foreign.outcome().code == 3
+    finally:
+        runner.signal_group(child.pgid, signal.SIGKILL)
+        child.popen.wait(timeout=10)
 
 
 def test_kill_groups_now(tmp_path) -> None:

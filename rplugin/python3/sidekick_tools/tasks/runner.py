@@ -13,8 +13,11 @@ a truncated file is flushed in full when its writer closes it
 ("auto_da_alloc"), which cost a 100 MB task a quarter of its wall time. The
 wrapper's own stderr (e.g. the shell's "Terminated" report) goes to /dev/null
 and never pollutes the task's log. The wrapper records the outcome in
-`LOG_DIR/exit` atomically (temp file + `mv`), so any later host can learn how
-the task ended without having been its parent. Output never
+`LOG_DIR/exit` with one builtin `printf` (no extra process: a `mv` per task
+was a tenth of the machine's time when 200 tasks start at once), so any later
+host can learn how the task ended without having been its parent. The record
+ends with its `ended=` line and a newline: a reader that finds less (the file
+is being written) treats it as not there yet. Output never
 passes through Python.
 
 The wrapper traps TERM/HUP/INT with a handler (not `trap ''`, which children
@@ -47,8 +50,7 @@ trap 'sk_sig=2' INT
 /bin/sh -c "$1" </dev/null >>"$2/stdout" 2>>"$2/stderr"
 sk_rc=$?
 umask 077
-printf 'code=%s\nsignal=%s\nended=%s\n' "$sk_rc" "${sk_sig:-0}" "${EPOCHREALTIME:-}" \
-  >"$2/exit.tmp" && mv -f "$2/exit.tmp" "$2/exit"
+printf 'code=%s\nsignal=%s\nended=%s\n' "$sk_rc" "${sk_sig:-0}" "${EPOCHREALTIME:-}" >"$2/exit"
 exit "$sk_rc"
 """
 
@@ -254,6 +256,7 @@ class ExitRecord:
 
 
 def read_exit(log_dir: str) -> ExitRecord | None:
+    """The supervisor's exit record; None while there is no complete one."""
     path = os.path.join(log_dir, "exit")
     try:
         with open(path) as f:
@@ -263,6 +266,8 @@ def read_exit(log_dir: str) -> ExitRecord | None:
         return None
     except OSError:
         return None
+    if not text.endswith("\n") or not text.splitlines()[-1].startswith("ended="):
+        return None  # absent or still being written
     values = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
@@ -462,9 +467,7 @@ class ForeignProcess(TaskProcess):
 
     def _check(self) -> None:
         self._timer = None
-        if os.path.exists(os.path.join(self.log_dir, "exit")) or not is_alive(
-            self.pid, self.start_token
-        ):
+        if read_exit(self.log_dir) is not None or not is_alive(self.pid, self.start_token):
             self._fire()
             return
         assert self._loop is not None
@@ -500,11 +503,13 @@ def spawn(
             raise SpawnError(f"working directory {cwd} is not a directory")
         if not os.access(cwd, os.X_OK):
             raise SpawnError(f"working directory {cwd} is not accessible (permission denied)")
-    full_env = dict(os.environ)
-    for key, value in (env or {}).items():
-        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
-            raise SpawnError(f"invalid environment variable name {key!r}")
-        full_env[key] = "" if value is None else str(value)
+    full_env = None  # None: the host's own environment, without copying it
+    if env:
+        full_env = dict(os.environ)
+        for key, value in env.items():
+            if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+                raise SpawnError(f"invalid environment variable name {key!r}")
+            full_env[key] = "" if value is None else str(value)
     try:
         prepare_log_dir(log_dir)
     except OSError as exc:
