@@ -128,18 +128,49 @@ function M.policy(tool, params, ctx)
   return vim.NIL
 end
 
--- Several events for one buffer in one loop turn cost one draw.
+-- Several events for one buffer in one loop turn cost one draw, and a burst
+-- of events (hundreds of tasks ending) costs at most one draw per
+-- DRAW_GAP_MS: the first change after a quiet spell is drawn on the next loop
+-- turn, later ones wait for the gap. Each draw is a vim.diagnostic.set, which
+-- re-runs every handler and the statusline for the whole buffer.
+-- What the user just asked for (:SidekickRunTool, a halt) is drawn at once,
+-- gap or not, for PROMPT_MS after the request returns (see M.prompt).
+local DRAW_GAP_MS = 50
+local PROMPT_MS = 100
 local draw_pending = {} ---@type table<integer, boolean>
+local last_draw = {} ---@type table<integer, number>
+local prompt_until = {} ---@type table<integer, number>
+
+local function now_ms()
+  return vim.uv.hrtime() / 1e6
+end
+
+--- The user acted on `buf`: its next state changes are drawn without delay.
+---@param buf integer
+function M.prompt(buf)
+  prompt_until[buf] = now_ms() + PROMPT_MS
+end
 
 local function redraw(buf)
   if draw_pending[buf] then
     return
   end
   draw_pending[buf] = true
-  vim.schedule(function()
+  local function run()
     draw_pending[buf] = nil
+    last_draw[buf] = now_ms()
     require("sidekick_tools.render.diagnostics").draw(buf)
-  end)
+  end
+  local now = now_ms()
+  local wait = last_draw[buf] and (last_draw[buf] + DRAW_GAP_MS - now) or 0
+  if now < (prompt_until[buf] or 0) then
+    wait = 0
+  end
+  if wait > 0 then
+    vim.defer_fn(run, math.ceil(wait))
+  else
+    vim.schedule(run)
+  end
 end
 
 local handlers = {}

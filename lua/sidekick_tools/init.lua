@@ -50,6 +50,7 @@ function M.run_tool(bufnr, lnum)
   if not ok then
     return err(res)
   end
+  require("sidekick_tools.bridge").prompt(bufnr)
   return res
 end
 
@@ -58,10 +59,12 @@ end
 ---@return table|nil info { count }
 function M.run_tools(bufnr)
   vim.validate({ bufnr = { bufnr, "number", true } })
-  local ok, res = pcall(host.request, "run_tools", bufnr_of(bufnr))
+  bufnr = bufnr_of(bufnr)
+  local ok, res = pcall(host.request, "run_tools", bufnr)
   if not ok then
     return err(res)
   end
+  require("sidekick_tools.bridge").prompt(bufnr)
   return res
 end
 
@@ -75,6 +78,7 @@ function M.halt(token)
   if not ok then
     return err(res)
   end
+  require("sidekick_tools.bridge").prompt(bufnr)
   return res
 end
 

@@ -6,6 +6,12 @@ local M = {}
 
 local S = vim.diagnostic.severity
 
+-- A call's diagnostic marks its whole block, so it has no range worth
+-- underlining; the underline handler would only cost time (it re-lays its
+-- extmarks on every edit of the chat). Users may turn it back on with
+-- vim.diagnostic.config({ underline = true }, vim.api.nvim_create_namespace("sidekick_tools")).
+vim.diagnostic.config({ underline = false }, bridge.ns)
+
 M.glyphs = {
   pending = "▶",
   queued = "⧗",
