@@ -354,7 +354,9 @@ class CallRunner:
         """Write (or replace) the call's result block, then update its state.
         False when the block is gone (deleted while its task ran)."""
         token = result.fields.get("task")
-        log_path = _log_path(self.tasks.get(str(token))) if token else None
+        log_path = None  # named only when lines are cut: look the task up only then
+        if token and result.body.count("\n") >= self.config.result_max_lines:
+            log_path = _log_path(self.tasks.get(str(token)))
         body = self._shown(result.body, log_path, truncate=bool(token))
         block = result_lines(tracked.call_id, result.status, result.fields, body)
         item = _Pending(next(self._seq), tracked=tracked, result=result, lines=block)
