@@ -117,6 +117,7 @@ class Bench:
                     host = ed.start_host()
                     time.sleep(0.3)
                 pids = [ed.pid] + ([host] if host else [])
+                os.sync()  # earlier floods' files are not written back during this one
                 probe = self.probe(ed, pids, kind)
                 time.sleep(self.a.idle_s)
                 t_start = time.monotonic()
