@@ -7,7 +7,6 @@ import enum
 import os
 import re
 import signal
-import sys
 import time
 import types
 from dataclasses import dataclass
@@ -57,6 +56,11 @@ class FakeManager:
         self._ends: dict[str, asyncio.Future] = {}
         self._procs: dict[str, Any] = {}
         self.fail_submit: Exception | None = None
+        self.read: set[str] = set()
+
+    def mark_read(self, token):
+        self.read.add(token)
+        return token in self.tasks
 
     async def submit(self, spec):
         if self.fail_submit:
@@ -329,6 +333,7 @@ async def test_echo_completes_with_exit_zero(tmp_path, manager):
     assert res.fields["exit"] == 0 and res.fields["task"] == token
     assert isinstance(res.fields["duration"], float) and 0 <= res.fields["duration"] < 5
     assert manager.waits == [(token, 5.0)]  # async absent: the hybrid threshold
+    assert manager.read == {token}  # the result reached the LLM inline
 
 
 async def test_nonzero_exit_fails_with_exit_code(tmp_path, manager):
@@ -363,9 +368,7 @@ async def test_invalid_utf8_output_is_replaced(tmp_path, manager):
 
 async def test_hybrid_threshold_returns_running_with_token(tmp_path, manager):
     ctx = make_ctx(tmp_path, manager, threshold=0.2)
-    started = time.monotonic()
     res = await TOOL.run({"command": "sleep 5"}, ctx)
-    assert time.monotonic() - started < 3
     token = next(iter(manager.tasks))
     assert res.status == "running"
     assert res.fields == {"task": token}
@@ -376,6 +379,7 @@ async def test_hybrid_threshold_returns_running_with_token(tmp_path, manager):
     )
     assert manager.waits == [(token, 0.2)]
     assert manager.tasks[token].status is Status.RUNNING
+    assert manager.read == set()  # nothing final reached the LLM yet
 
 
 async def test_default_threshold_wording(tmp_path, manager):
@@ -387,9 +391,7 @@ async def test_default_threshold_wording(tmp_path, manager):
 
 async def test_async_true_returns_at_once(tmp_path, manager):
     ctx = make_ctx(tmp_path, manager, threshold=30)
-    started = time.monotonic()
     res = await TOOL.run({"command": "sleep 5", "async": True}, ctx)
-    assert time.monotonic() - started < 2
     token = next(iter(manager.tasks))
     assert res.status == "running"
     assert res.fields == {"task": token}
@@ -671,27 +673,3 @@ def test_result_from_task_reads_bytes_it_never_holds_all_of(tmp_path):
 def test_result_from_task_for_a_running_task(tmp_path):
     res = rtc.result_from_task(types.SimpleNamespace(id="r1", status=Status.RUNNING))
     assert res.status == "running" and res.fields == {"task": "r1"}
-
-
-# ------------------------------------------------------------ TaskSpec lookup
-
-
-def test_make_spec_falls_back_to_a_namespace(monkeypatch):
-    monkeypatch.setitem(sys.modules, "sidekick_tools.tasks.manager", None)
-    monkeypatch.setitem(sys.modules, "sidekick_tools.tasks.model", None)
-    spec = rtc._make_spec(tool="t", command="c")
-    assert isinstance(spec, types.SimpleNamespace)
-    assert (spec.tool, spec.command) == ("t", "c")
-
-
-def test_make_spec_uses_the_task_package_when_present(monkeypatch):
-    @dataclass
-    class TaskSpec:
-        tool: str
-        command: str
-
-    fake = types.ModuleType("sidekick_tools.tasks.manager")
-    fake.TaskSpec = TaskSpec
-    monkeypatch.setitem(sys.modules, "sidekick_tools.tasks.manager", fake)
-    spec = rtc._make_spec(tool="t", command="c")
-    assert isinstance(spec, TaskSpec)

@@ -77,6 +77,9 @@ class CallRunner:
         self.tasks = tasks
         self.config = config
         self.tracked: dict[tuple[int, str], Tracked] = {}
+        # Indexes over `tracked`, so that a task event finds its call without a scan.
+        self._by_token: dict[str, Tracked] = {}
+        self._by_call: dict[tuple[str, str], Tracked] = {}  # (chat, call id)
         self._marks = itertools.count(1)
         self._scan_timers: dict[int, asyncio.TimerHandle] = {}
         self._scanned: dict[int, list[dict[str, Any]]] = {}  # last scan sent, per buffer
@@ -137,7 +140,7 @@ class CallRunner:
             if tracked is None:
                 continue
             tracked.background = True
-            tracked.token = res.fields["task"]
+            self._bind(tracked, res.fields["task"])
             task = self.tasks.get(tracked.token)
             if task is None:
                 await self._write(
@@ -275,7 +278,7 @@ class CallRunner:
         if "duration" not in result.fields and call.tool != "run_terminal_command":
             result.fields["duration"] = round(time.monotonic() - started, 2)
         if result.status == "running":
-            tracked.token = str(result.fields.get("task") or tracked.token or "") or None
+            self._bind(tracked, str(result.fields.get("task") or tracked.token or "") or None)
         return result
 
     async def _deliver(self, tracked: Tracked, result: ToolResult) -> None:
@@ -328,6 +331,7 @@ class CallRunner:
                     buf=buf, mark=mark, call_id=call_id, tool=current.tool, chat=mirror.name
                 )
                 self.tracked[(buf, call_id)] = tracked
+                self._by_call[(tracked.chat, call_id)] = tracked
                 return tracked
             await asyncio.sleep(0.005)
         return None
@@ -513,7 +517,12 @@ class CallRunner:
             self._emit_state(tracked, result.status, detail=detail)
 
     def _forget(self, tracked: Tracked) -> None:
-        self.tracked.pop((tracked.buf, tracked.call_id), None)
+        if self.tracked.get((tracked.buf, tracked.call_id)) is tracked:
+            del self.tracked[(tracked.buf, tracked.call_id)]
+        if tracked.token and self._by_token.get(tracked.token) is tracked:
+            del self._by_token[tracked.token]
+        if self._by_call.get((tracked.chat, tracked.call_id)) is tracked:
+            del self._by_call[(tracked.chat, tracked.call_id)]
         self.port.emit({"type": "forget", "buf": tracked.buf, "mark": tracked.mark})
 
     # -- tasks ending in the background ------------------------------------------------
@@ -532,7 +541,7 @@ class CallRunner:
         tracked = self._tracked_for(task)
         if tracked is None:
             return
-        tracked.token = task.id
+        self._bind(tracked, task.id)
         status = _status(task)
         if status == "queued":
             ahead = self.tasks.queue_position(task.id)
@@ -550,22 +559,30 @@ class CallRunner:
 
     def _refresh_queue(self) -> None:
         """The queue moved: each queued call's "N ahead" changes."""
-        for tracked in self.tracked.values():
-            if tracked.state == "queued" and tracked.token:
-                ahead = self.tasks.queue_position(tracked.token)
-                if ahead is not None:
-                    self._emit_state(tracked, "queued", ahead=ahead)
+        for ahead, token in enumerate(self.tasks.queued_tokens()):
+            tracked = self._live(self._by_token.get(token))
+            if tracked is not None and tracked.state == "queued":
+                self._emit_state(tracked, "queued", ahead=ahead)
+
+    def _bind(self, tracked: Tracked, token: str | None) -> None:
+        """The call follows task `token` from now on."""
+        tracked.token = token
+        if token:
+            self._by_token[token] = tracked
+
+    def _live(self, tracked: Tracked | None) -> Tracked | None:
+        """`tracked` if it is still the call followed under its key, else None."""
+        if tracked is not None and self.tracked.get((tracked.buf, tracked.call_id)) is tracked:
+            return tracked
+        return None
 
     def _tracked_for(self, task: Any) -> Tracked | None:
-        for tracked in self.tracked.values():
-            if tracked.token == task.id:
-                return tracked
+        tracked = self._live(self._by_token.get(task.id))
+        if tracked is not None and tracked.token == task.id:
+            return tracked
         if not task.call_id:
             return None
-        for tracked in self.tracked.values():
-            if tracked.call_id == task.call_id and tracked.chat == task.chat:
-                return tracked
-        return None
+        return self._live(self._by_call.get((task.chat, task.call_id)))
 
     async def _finish_background(self, tracked: Tracked, task: Any) -> None:
         if tracked.done or tracked.finishing:

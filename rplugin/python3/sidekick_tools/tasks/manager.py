@@ -368,6 +368,10 @@ class TaskManager:
         except ValueError:
             return None
 
+    def queued_tokens(self) -> list[str]:
+        """This instance's queued tasks, first to start first."""
+        return list(self._queue)
+
     @property
     def running_count(self) -> int:
         return len(self._active)

@@ -1,5 +1,6 @@
 """Helpers shared by the task tools (await_task, halt_task, task_status,
-task_output, list_tasks) and use_agent: token checks, JSON answers, log tails.
+task_output, list_tasks) and use_agent: the TaskTool base, token checks, JSON
+answers, log tails.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any
 
 from ..tasks.model import is_token
 from ..tasks.output import clean, summary_of, tail_bytes
-from .base import ToolResult
+from .base import ToolContext, ToolResult
+from .schema import validate
 
 NOT_FOUND = "Task ID not found or expired."
 TERMINAL = ("completed", "failed", "cancelled")
@@ -66,6 +68,53 @@ def lookup(ctx: Any, raw: Any) -> tuple[str, Any, ToolResult | None]:
     if task is None:
         return token, None, not_found(token)
     return token, task, None
+
+
+class TaskTool:
+    """Base of the tools that act on one task named by its token.
+
+    They are always auto-accepted (they read or stop tasks, nothing else).
+    `run` validates the parameters against `schema`, lets `check` refuse
+    more, looks the token up, and hands the task to `act`; a malformed or
+    unknown token becomes the answer of `unknown`.
+    """
+
+    name = ""
+    description = ""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"task": TOKEN_SCHEMA},
+        "required": ["task"],
+        "additionalProperties": False,
+    }
+
+    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
+        return True
+
+    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        err = validate(self.schema, params)
+        if err:
+            return ToolResult.fail(err)
+        refused = self.check(params)
+        if refused is not None:
+            return refused
+        token, task, problem = lookup(ctx, params["task"])
+        if problem is not None:
+            return self.unknown(params, problem)
+        return await self.act(params, ctx, token, task)
+
+    def check(self, params: dict[str, Any]) -> ToolResult | None:
+        """A failed result for parameters the schema cannot judge, else None."""
+        return None
+
+    def unknown(self, params: dict[str, Any], problem: ToolResult) -> ToolResult:
+        """The answer when the token is malformed or names no stored task."""
+        return problem
+
+    async def act(
+        self, params: dict[str, Any], ctx: ToolContext, token: str, task: Any
+    ) -> ToolResult:
+        raise NotImplementedError
 
 
 def summary(task: Any) -> str:

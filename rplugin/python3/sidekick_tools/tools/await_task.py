@@ -25,12 +25,11 @@ from typing import Any
 
 from . import _tasks
 from .base import ToolContext, ToolResult
-from .schema import validate
 
 STILL_RUNNING = "Task still running. Call await_task again to continue waiting."
 
 
-class AwaitTask:
+class AwaitTask(_tasks.TaskTool):
     name = "await_task"
     description = "Wait up to 55 s for a background task; its summary when it is done."
     schema: dict[str, Any] = {
@@ -47,16 +46,9 @@ class AwaitTask:
         "additionalProperties": False,
     }
 
-    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
-        return True
-
-    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        err = validate(self.schema, params)
-        if err:
-            return ToolResult.fail(err)
-        token, task, problem = _tasks.lookup(ctx, params["task"])
-        if problem is not None:
-            return problem
+    async def act(
+        self, params: dict[str, Any], ctx: ToolContext, token: str, task: Any
+    ) -> ToolResult:
         cap = max(0.0, float(ctx.config.tasks.await_timeout))
         wanted = params.get("timeout_seconds")
         limit = cap if wanted is None else min(float(wanted), cap)

@@ -18,29 +18,15 @@ from typing import Any
 
 from . import _tasks
 from .base import ToolContext, ToolResult
-from .schema import validate
 
 
-class HaltTask:
+class HaltTask(_tasks.TaskTool):
     name = "halt_task"
     description = "Stop a background task (its whole process group); returns its last output."
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {"task": _tasks.TOKEN_SCHEMA},
-        "required": ["task"],
-        "additionalProperties": False,
-    }
 
-    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
-        return True
-
-    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        err = validate(self.schema, params)
-        if err:
-            return ToolResult.fail(err)
-        token, task, problem = _tasks.lookup(ctx, params["task"])
-        if problem is not None:
-            return problem
+    async def act(
+        self, params: dict[str, Any], ctx: ToolContext, token: str, task: Any
+    ) -> ToolResult:
         if _tasks.status_of(task) in _tasks.TERMINAL:
             return ToolResult.ok(_tasks.answer(already_ended(token, task)))
         try:

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import os
 import re
-import types
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from . import _fs
+from ..tasks.manager import TaskSpec
+from . import _fs, _tasks
+from ._tasks import TERMINAL
 from .base import ToolContext, ToolResult
 from .schema import validate
 
 TAIL_BYTES = 256 * 1024  # at most this much of each of stdout/stderr goes into a body
-TERMINAL = ("completed", "failed", "cancelled")
 
 # Anything that lets a "safe" command do something else: command separators,
 # pipes, redirections, substitution/expansion, line breaks. `$` is rejected
@@ -97,7 +98,7 @@ class RunTerminalCommand:
             what = "is not a directory" if os.path.exists(cwd) else "does not exist"
             return ToolResult.fail(f"working directory {shown_cwd or cwd} {what}")
 
-        spec = _make_spec(
+        spec = TaskSpec(
             tool=self.name,
             label=purpose or command,
             command=command,
@@ -107,21 +108,33 @@ class RunTerminalCommand:
             chat=ctx.chat,
             call_id=ctx.call_id,
         )
-        try:
-            task = await ctx.tasks.submit(spec)
-        except Exception as e:  # the manager refused: report, don't crash the call
-            return ToolResult.fail(f"could not start the command: {e}", reason="spawn_error")
+        return await run_as_task(ctx, spec, mode, result_from_task, "could not start the command")
 
-        token = str(task.id)
-        if task_status(task) in TERMINAL:
-            return result_from_task(task)
+
+async def run_as_task(
+    ctx: ToolContext,
+    spec: TaskSpec,
+    mode: bool | None,
+    final: Callable[[Any], ToolResult],
+    cannot_start: str,
+) -> ToolResult:
+    """Submit `spec` and wait for it as the call's ``async`` parameter says:
+    True returns the ``running`` block at once, False waits for the end, absent
+    waits up to ``tasks.hybrid_threshold`` seconds. A task that ended in time
+    gives `final(task)`, and its result counts as read by the LLM."""
+    try:
+        task = await ctx.tasks.submit(spec)
+    except Exception as e:  # the manager refused: report, don't crash the call
+        return ToolResult.fail(f"{cannot_start}: {e}", reason="spawn_error")
+    if task_status(task) not in TERMINAL:
         if mode is True:
             return running_result(task)
         threshold = None if mode is False else float(ctx.config.tasks.hybrid_threshold)
-        task = await ctx.tasks.wait(token, threshold)
-        if task_status(task) in TERMINAL:
-            return result_from_task(task)
-        return running_result(task, waited=threshold)
+        task = await ctx.tasks.wait(str(task.id), threshold)
+        if task_status(task) not in TERMINAL:
+            return running_result(task, waited=threshold)
+    _tasks.mark_read(ctx, str(task.id))
+    return final(task)
 
 
 def is_safe_command(command: str, safe_prefixes: Any) -> bool:
@@ -269,18 +282,6 @@ def _epoch(value: Any) -> float | None:
 
 def _secs(seconds: float) -> str:
     return f"{seconds:g}s"
-
-
-def _make_spec(**kw: Any) -> Any:
-    """A TaskSpec when the task package provides one, else a stand-in with the same fields."""
-    try:
-        from ..tasks.manager import TaskSpec
-    except ImportError:
-        try:
-            from ..tasks.model import TaskSpec  # type: ignore[no-redef]
-        except ImportError:
-            return types.SimpleNamespace(**kw)
-    return TaskSpec(**kw)
 
 
 TOOL = RunTerminalCommand()

@@ -35,7 +35,6 @@ from typing import Any
 from ..tasks.output import compile_filter, parse_line
 from . import _tasks
 from .base import ToolContext, ToolResult
-from .schema import validate
 
 READ_BYTES = 256 * 1024  # new output taken per call
 HEAD_LINES = 40
@@ -45,7 +44,7 @@ TAIL_BYTES = 10 * 1024
 SEPARATOR = "--- output ---"
 
 
-class TaskOutput:
+class TaskOutput(_tasks.TaskTool):
     name = "task_output"
     description = "Output of a task new since this chat's last read (optional regex filter)."
     schema: dict[str, Any] = {
@@ -63,22 +62,19 @@ class TaskOutput:
         "additionalProperties": False,
     }
 
-    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
-        return True
-
-    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        err = validate(self.schema, params)
-        if err:
-            return ToolResult.fail(err)
+    def check(self, params: dict[str, Any]) -> ToolResult | None:
         pattern = params.get("filter")
         if pattern is not None:
             try:
                 compile_filter(pattern)
             except ValueError as e:
                 return ToolResult.fail(f'parameter "filter": {e}', reason="bad_regex")
-        token, task, problem = _tasks.lookup(ctx, params["task"])
-        if problem is not None:
-            return problem
+        return None
+
+    async def act(
+        self, params: dict[str, Any], ctx: ToolContext, token: str, task: Any
+    ) -> ToolResult:
+        pattern = params.get("filter")
         try:
             read = await ctx.tasks.read_output(token, ctx.chat, pattern, max_bytes=READ_BYTES)
         except KeyError:  # TaskNotFound: purged meanwhile

@@ -18,32 +18,21 @@ from typing import Any
 
 from . import _tasks
 from .base import ToolContext, ToolResult
-from .schema import validate
 
 
-class TaskStatusTool:
+class TaskStatusTool(_tasks.TaskTool):
     name = "task_status"
     description = "Status of a background task: running, completed (result) or failed (error)."
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {"task": _tasks.TOKEN_SCHEMA},
-        "required": ["task"],
-        "additionalProperties": False,
-    }
 
-    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
-        return True
+    def unknown(self, params: dict[str, Any], problem: ToolResult) -> ToolResult:
+        # A malformed token gets the same shape, its error saying what is wrong.
+        error = _tasks.bad_token(params["task"]) or _tasks.NOT_FOUND
+        body = _tasks.answer({"status": "not_found", "error": error})
+        return ToolResult.fail(body, reason="not_found")
 
-    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        err = validate(self.schema, params)
-        if err:
-            return ToolResult.fail(err)
-        token, task, problem = _tasks.lookup(ctx, params["task"])
-        if problem is not None:
-            # A malformed token gets the same shape, its error saying what is wrong.
-            error = _tasks.bad_token(params["task"]) or _tasks.NOT_FOUND
-            body = _tasks.answer({"status": "not_found", "error": error})
-            return ToolResult.fail(body, reason="not_found")
+    async def act(
+        self, params: dict[str, Any], ctx: ToolContext, token: str, task: Any
+    ) -> ToolResult:
         return ToolResult.ok(_tasks.answer(shape(ctx, token, task)))
 
 

@@ -102,7 +102,7 @@ class UseAgent:
         env = {str(k): str(v) for k, v in (agent.env or {}).items()}
         env["SIDEKICK_AGENT"] = name
         timeout = params.get("timeout_seconds")
-        spec = rtc._make_spec(
+        spec = rtc.TaskSpec(
             tool=self.name,
             label=label_for(name, message),
             command=build_command(agent.cmd, message),
@@ -112,23 +112,9 @@ class UseAgent:
             chat=ctx.chat,
             call_id=ctx.call_id,
         )
-        try:
-            task = await ctx.tasks.submit(spec)
-        except Exception as e:  # the manager refused: report, don't crash the call
-            return ToolResult.fail(f'could not start agent "{name}": {e}', reason="spawn_error")
-
-        token = str(task.id)
-        mode = params.get("async")
-        if _tasks.status_of(task) in _tasks.TERMINAL:
-            return result_from_task(task)
-        if mode is True:
-            return rtc.running_result(task)
-        threshold = None if mode is False else float(ctx.config.tasks.hybrid_threshold)
-        task = await ctx.tasks.wait(token, threshold)
-        if _tasks.status_of(task) in _tasks.TERMINAL:
-            _tasks.mark_read(ctx, token)
-            return result_from_task(task)
-        return rtc.running_result(task, waited=threshold)
+        return await rtc.run_as_task(
+            ctx, spec, params.get("async"), result_from_task, f'could not start agent "{name}"'
+        )
 
     def result_from_task(self, task: Any) -> ToolResult:
         return result_from_task(task)
