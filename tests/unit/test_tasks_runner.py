@@ -141,7 +141,9 @@ async def test_child_runs_with_output_in_files(tmp_path, monkeypatch, use_pidfd)
     proc = runner.spawn(cmd, log_dir, cwd=str(tmp_path), env={"FOO": "bar"})
     assert proc.pid == proc.pgid and proc.start_token
     assert os.getpgid(proc.pid) == proc.pid  # its own group...
-    assert os.getsid(proc.pid) == proc.pid  # ...and session
+    # ...in this process's session only when that has no terminal to leak
+    in_own_session = runner._detach_kwargs() == {"start_new_session": True}  # noqa: SLF001
+    assert (os.getsid(proc.pid) == proc.pid) == in_own_session
     fired = asyncio.Event()
     proc.watch(asyncio.get_running_loop(), fired.set)
     stdout, stderr = os.path.join(log_dir, "stdout"), os.path.join(log_dir, "stderr")
@@ -266,3 +268,22 @@ def test_kill_groups_now(tmp_path) -> None:
     for p in procs:
         p.popen.wait(timeout=10)
         wait_until(lambda p=p: live_members(p.pgid) == [])
+
+
+def test_tasks_have_no_controlling_terminal(tmp_path) -> None:
+    """A command that wants a terminal (a password prompt) fails instead of hanging."""
+    log_dir = str(tmp_path / "log")
+    proc = runner.spawn("(exec 3</dev/tty) 2>/dev/null && echo tty || echo no-tty", log_dir)
+    proc.popen.wait(timeout=10)
+    with open(os.path.join(log_dir, "stdout")) as f:
+        assert f.read() == "no-tty\n"
+
+
+def test_detach_joins_the_host_session_only_without_a_terminal(monkeypatch) -> None:
+    monkeypatch.setattr(runner, "_detach", None)
+    monkeypatch.setattr(runner, "_has_controlling_terminal", lambda: True)
+    assert runner._detach_kwargs() == {"start_new_session": True}  # noqa: SLF001
+    monkeypatch.setattr(runner, "_detach", None)
+    monkeypatch.setattr(runner, "_has_controlling_terminal", lambda: False)
+    expected = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+    assert runner._detach_kwargs() == expected  # noqa: SLF001
