@@ -77,10 +77,17 @@ def headless(work: Path, chat: Path, env: dict[str, str]) -> int:
         nvim.command(f"call cursor({third}, 1) | SidekickRunTool")
         wait_for(lambda: lines()[-1].startswith("USER:"))
         print("\n".join(lines()))
-        diags = nvim.exec_lua(
-            "local ns = vim.api.nvim_create_namespace('sidekick_tools')\n"
-            "return vim.tbl_map(function(d) return (d.lnum + 1) .. ': ' .. d.message end,"
-            " vim.diagnostic.get(0, { namespace = ns }))"
+
+        def diagnostics() -> list[str]:
+            return nvim.exec_lua(
+                "local ns = vim.api.nvim_create_namespace('sidekick_tools')\n"
+                "return vim.tbl_map(function(d) return (d.lnum + 1) .. ': ' .. d.message end,"
+                " vim.diagnostic.get(0, { namespace = ns }))"
+            )
+
+        # Bursts of state changes are drawn at most every 50 ms: wait for the last draw.
+        diags = wait_for(
+            lambda: (d := diagnostics()) and len(d) == 3 and all("✓" in m for m in d) and d
         )
         print("\n-- diagnostics --")
         print("\n".join(diags))
