@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Callable
 
@@ -16,3 +17,13 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: floa
             return last
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s; last value: {last!r}")
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
+    """`wait_for` for coroutines: poll `predicate` without blocking the event loop."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        await asyncio.sleep(0.01)

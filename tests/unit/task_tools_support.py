@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -53,15 +52,6 @@ async def shell_task(manager: TaskManager, command: str, cwd: str, **kw: Any):
     return await manager.submit(
         TaskSpec(tool="run_terminal_command", command=command, cwd=cwd, **kw)
     )
-
-
-async def until(pred, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.01)
 
 
 def body_json(result) -> dict:

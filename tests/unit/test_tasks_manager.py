@@ -19,18 +19,11 @@ from sidekick_tools.tasks.manager import (
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
 from sidekick_tools.tasks.store import MemoryStore, SqliteStore, TaskStore
 
+from tests.conftest import until
+
 S = TaskStatus
 LINUX = sys.platform.startswith("linux")
 ME = runner.owner_token(os.getpid())  # a live owner: this test process
-
-
-async def until(pred, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.01)
 
 
 def read(path: str | None) -> str:

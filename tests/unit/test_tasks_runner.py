@@ -6,29 +6,13 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 
 import pytest
 from sidekick_tools.tasks import runner
 
+from tests.conftest import until, wait_for
+
 LINUX = sys.platform.startswith("linux")
-
-
-def wait_until(pred, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.01)
-
-
-async def until(pred, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.01)
 
 
 def read(path: str) -> str:
@@ -78,7 +62,7 @@ def test_start_token_and_is_alive() -> None:
 def test_dead_and_zombie_processes_are_not_alive() -> None:
     p = subprocess.Popen(["true"])
     token = runner.start_token(p.pid)
-    wait_until(lambda: exited(p.pid))  # a zombie now: dead for us
+    wait_for(lambda: exited(p.pid))  # a zombie now: dead for us
     assert not runner.is_alive(p.pid, token)
     p.wait()
     assert runner.start_token(p.pid) is None
@@ -176,7 +160,7 @@ async def test_child_runs_with_output_in_files(tmp_path, monkeypatch, use_pidfd)
 def test_supervisor_survives_sigterm_and_records_exit(tmp_path) -> None:
     log_dir = str(tmp_path / "log")
     proc = runner.spawn("echo ready; sleep 30", log_dir, cwd=str(tmp_path))
-    wait_until(lambda: "ready" in read(os.path.join(log_dir, "stdout")))
+    wait_for(lambda: "ready" in read(os.path.join(log_dir, "stdout")))
     os.killpg(proc.pgid, signal.SIGTERM)
     assert proc.popen.wait(timeout=10) == 143
     rec = runner.read_exit(log_dir)
@@ -263,11 +247,11 @@ def test_kill_groups_now(tmp_path) -> None:
         for i in range(2)
     ]
     for i in range(2):
-        wait_until(lambda i=i: "ready" in read(str(tmp_path / f"l{i}" / "stdout")))
+        wait_for(lambda i=i: "ready" in read(str(tmp_path / f"l{i}" / "stdout")))
     runner.kill_groups_now([p.pgid for p in procs], grace=0.1)
     for p in procs:
         p.popen.wait(timeout=10)
-        wait_until(lambda p=p: live_members(p.pgid) == [])
+        wait_for(lambda p=p: live_members(p.pgid) == [])
 
 
 def test_tasks_have_no_controlling_terminal(tmp_path) -> None:

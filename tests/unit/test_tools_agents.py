@@ -12,6 +12,7 @@ from sidekick_tools.config import AgentConfig
 from sidekick_tools.tools import use_agent as ua
 from sidekick_tools.tools.policy import decide
 
+from tests.conftest import until
 from tests.unit.task_tools_support import (
     FAKE_AGENT,
     agent,
@@ -19,7 +20,6 @@ from tests.unit.task_tools_support import (
     make_config,
     make_ctx,
     make_manager,
-    until,
 )
 
 TOOL = ua.TOOL

@@ -13,6 +13,7 @@ from sidekick_tools.tasks.manager import TaskSpec
 from sidekick_tools.tasks.store import MemoryStore
 from sidekick_tools.tools import await_task, halt_task, list_tasks, task_output, task_status
 
+from tests.conftest import until
 from tests.unit.task_tools_support import (
     FAKE_AGENT,
     body_json,
@@ -22,7 +23,6 @@ from tests.unit.task_tools_support import (
     make_manager,
     output_part,
     shell_task,
-    until,
 )
 
 AWAIT = await_task.TOOL
