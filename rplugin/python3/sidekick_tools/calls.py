@@ -26,6 +26,7 @@ from .chat.render import (
     truncate_tail,
 )
 from .config import Config
+from .tools._tasks import TERMINAL, status_of
 from .tools.base import ToolContext, ToolResult
 from .tools.policy import decide
 
@@ -152,7 +153,7 @@ class CallRunner:
                         fields={"task": tracked.token, "reason": "not_found"},
                     ),
                 )
-            elif _status(task) in ("completed", "failed", "cancelled"):
+            elif status_of(task) in TERMINAL:
                 await self._finish_background(tracked, task)
             else:
                 self._emit_state(tracked, "running", started_at=task.started_at)
@@ -287,7 +288,7 @@ class CallRunner:
         if result.status == "running" and tracked.token:
             tracked.background = True
             task = self.tasks.get(tracked.token)
-            if task is not None and _status(task) in ("completed", "failed", "cancelled"):
+            if task is not None and status_of(task) in TERMINAL:
                 await self._finish_background(tracked, task)
 
     # -- buffer work -----------------------------------------------------------------
@@ -502,7 +503,7 @@ class CallRunner:
         detail = _detail(result)
         if result.status == "running":
             task = self.tasks.get(tracked.token) if tracked.token else None
-            if task is not None and _status(task) == "queued":
+            if task is not None and status_of(task) == "queued":
                 self._emit_state(tracked, "queued", ahead=self.tasks.queue_position(task.id))
             else:
                 self._emit_state(
@@ -542,7 +543,7 @@ class CallRunner:
         if tracked is None:
             return
         self._bind(tracked, task.id)
-        status = _status(task)
+        status = status_of(task)
         if status == "queued":
             ahead = self.tasks.queue_position(task.id)
             self._emit_state(tracked, "queued", ahead=ahead)
@@ -594,7 +595,7 @@ class CallRunner:
         output = self._shown(result.body, _log_path(task))
         payload = {
             "id": task.id,
-            "status": _status(task),
+            "status": status_of(task),
             "started_at": _iso(task.started_at),
             "ended_at": _iso(task.ended_at),
             "duration_seconds": _duration(task),
@@ -707,11 +708,6 @@ def _detail(result: ToolResult) -> str | None:
 
 def _denied(reason: str) -> ToolResult:
     return ToolResult(status="denied", body=reason, fields={})
-
-
-def _status(task: Any) -> str:
-    status = task.status
-    return str(getattr(status, "value", status))
 
 
 def _log_path(task: Any) -> str | None:

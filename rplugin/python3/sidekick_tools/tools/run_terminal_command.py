@@ -126,12 +126,12 @@ async def run_as_task(
         task = await ctx.tasks.submit(spec)
     except Exception as e:  # the manager refused: report, don't crash the call
         return ToolResult.fail(f"{cannot_start}: {e}", reason="spawn_error")
-    if task_status(task) not in TERMINAL:
+    if _tasks.status_of(task) not in TERMINAL:
         if mode is True:
             return running_result(task)
         threshold = None if mode is False else float(ctx.config.tasks.hybrid_threshold)
         task = await ctx.tasks.wait(str(task.id), threshold)
-        if task_status(task) not in TERMINAL:
+        if _tasks.status_of(task) not in TERMINAL:
             return running_result(task, waited=threshold)
     _tasks.mark_read(ctx, str(task.id))
     return final(task)
@@ -159,15 +159,10 @@ def is_safe_command(command: str, safe_prefixes: Any) -> bool:
     return False
 
 
-def task_status(task: Any) -> str:
-    status = task.status
-    return str(status.value if hasattr(status, "value") else status)
-
-
 def running_result(task: Any, waited: float | None = None) -> ToolResult:
     """The ``status=running task=TOKEN`` block for a task that is not done yet."""
     token = str(task.id)
-    queued = task_status(task) == "queued"
+    queued = _tasks.status_of(task) == "queued"
     state = "queued (the concurrency limit is reached)" if queued else "running"
     if waited is None:
         lead = f"Started in the background as task {token}, {state}."
@@ -191,34 +186,12 @@ def result_from_task(task: Any, tail_bytes: int = TAIL_BYTES) -> ToolResult:
 
     Body: the tail of stdout, then the tail of stderr under a ``[stderr]`` line
     (bytes decoded as UTF-8 with replacement; ANSI cleaning and line truncation
-    are the renderer's job). Status ``completed`` when the task completed with
-    exit 0, ``cancelled`` when cancelled, else ``failed``. Fields, in order:
-    ``exit`` (when known), ``duration`` (float seconds, 2 decimals), ``reason`` (when the
-    task did not simply exit; spaces become underscores), ``task``.
+    are the renderer's job), then why it ended when it did not simply exit.
+    Status and fields: see `final_status`.
     """
-    state = task_status(task)
-    if state not in TERMINAL:
+    if _tasks.status_of(task) not in TERMINAL:
         return running_result(task)
-    token = str(task.id)
-    exit_code = getattr(task, "exit_code", None)
-    reason = str(getattr(task, "reason", None) or "")
-
-    if state == "cancelled":
-        status = "cancelled"
-    elif state == "completed" and exit_code in (0, None):
-        status = "completed"
-    else:
-        status = "failed"
-
-    fields: dict[str, Any] = {}
-    if exit_code is not None:
-        fields["exit"] = int(exit_code)
-    duration = _duration(task)
-    if duration is not None:
-        fields["duration"] = round(duration, 2)  # seconds; the renderer writes "2.31s"
-    if status != "completed" and reason and reason != "exit":
-        fields["reason"] = re.sub(r"\s+", "_", reason.strip())
-    fields["task"] = token
+    status, reason, fields = final_status(task)
 
     log_dir = getattr(task, "log_dir", None)
     out = _tail(log_dir, "stdout", tail_bytes)
@@ -234,6 +207,35 @@ def result_from_task(task: Any, tail_bytes: int = TAIL_BYTES) -> ToolResult:
         parts.append(f"[{reason}]")
     body = "\n".join(parts) if parts else "(no output)"
     return ToolResult(status, body, fields)
+
+
+def final_status(task: Any) -> tuple[str, str, dict[str, Any]]:
+    """(status, reason, fields) of the result block of a task that has ended.
+
+    Status ``completed`` when the task completed with exit 0 (or no code),
+    ``cancelled`` when cancelled, else ``failed``. Fields, in order: ``exit``
+    (when known), ``duration`` (float seconds, 2 decimals), ``reason`` (when
+    the task did not simply exit; spaces become underscores), ``task``.
+    """
+    state = _tasks.status_of(task)
+    exit_code = getattr(task, "exit_code", None)
+    reason = str(getattr(task, "reason", None) or "")
+    if state == "cancelled":
+        status = "cancelled"
+    elif state == "completed" and exit_code in (0, None):
+        status = "completed"
+    else:
+        status = "failed"
+    fields: dict[str, Any] = {}
+    if exit_code is not None:
+        fields["exit"] = int(exit_code)
+    duration = _duration(task)
+    if duration is not None:
+        fields["duration"] = round(duration, 2)  # seconds; the renderer writes "2.31s"
+    if status != "completed" and reason and reason != "exit":
+        fields["reason"] = re.sub(r"\s+", "_", reason.strip())
+    fields["task"] = str(task.id)
+    return status, reason, fields
 
 
 def _tail(log_dir: Any, name: str, limit: int) -> str:

@@ -17,7 +17,6 @@ follows the last ``> `` prompt line, else the tail), not its transcript, with
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from typing import Any
 
@@ -152,27 +151,9 @@ def result_from_task(task: Any) -> ToolResult:
     ``completed`` for exit 0, ``cancelled`` when halted, else ``failed`` (with
     ``reason=`` when it did not simply exit: timeout, signal...).
     """
-    state = _tasks.status_of(task)
-    if state not in _tasks.TERMINAL:
+    if _tasks.status_of(task) not in _tasks.TERMINAL:
         return rtc.running_result(task)
-    exit_code = getattr(task, "exit_code", None)
-    reason = str(getattr(task, "reason", None) or "")
-    if state == "cancelled":
-        status = "cancelled"
-    elif state == "completed" and exit_code in (0, None):
-        status = "completed"
-    else:
-        status = "failed"
-
-    fields: dict[str, Any] = {}
-    if exit_code is not None:
-        fields["exit"] = int(exit_code)
-    duration = rtc._duration(task)
-    if duration is not None:
-        fields["duration"] = round(duration, 2)
-    if status != "completed" and reason and reason != "exit":
-        fields["reason"] = re.sub(r"\s+", "_", reason.strip())
-    fields["task"] = str(task.id)
+    status, _, fields = rtc.final_status(task)
 
     body = _tasks.summary(task).strip("\n")
     if not body.strip():
