@@ -102,6 +102,19 @@ class Editor:
     def bench(self, fn: str, *args: Any) -> Any:
         return self.lua(f"return require('sidekick_bench').{fn}(...)", *args)
 
+    def time_run_tool(self, call_id: str, timeout: float, interval: float) -> tuple[float, float]:
+        """`:SidekickRunTool` on the run_terminal_command call `call_id`: how long
+        the command took and how long until its running diagnostic showed (ms)."""
+        lnum = self.find_line(f"```tool run_terminal_command id={call_id}")
+        cmd_ms = self.bench("time_command", lnum, "SidekickRunTool", "⟳")
+        result = wait_until(
+            lambda: (lambda r: r if r["diag_ms"] is not None else None)(self.bench("diag_result")),
+            timeout,
+            interval,
+            "running diagnostic",
+        )
+        return cmd_ms, result["diag_ms"]
+
     def setup(self, **opts: Any) -> None:
         opts.setdefault("python", sys.executable)
         opts.setdefault("state_dir", str(self.state_dir))

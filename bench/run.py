@@ -314,18 +314,9 @@ class Bench:
             ed.start_host()
             time.sleep(0.3)
             for i in range(runs + warm):
-                lnum = ed.find_line(f"```tool run_terminal_command id=c{i}")
-                c = ed.bench("time_command", lnum, "SidekickRunTool", "⟳")
-                r = wait_until(
-                    lambda: (lambda x: x if x["diag_ms"] is not None else None)(
-                        ed.bench("diag_result")
-                    ),
-                    10,
-                    0.005,
-                    "running diagnostic",
-                )
+                c, diag_ms = ed.time_run_tool(f"c{i}", 10, 0.005)
                 if i >= warm:
-                    ours.append(r["diag_ms"])
+                    ours.append(diag_ms)
                     cmd_ms.append(c)
                 time.sleep(0.3)  # human pace: the previous call's write-back is over
             for kind in BASELINES:
@@ -361,17 +352,8 @@ class Bench:
             try:
                 ed.setup()
                 ed.open_chat(chats.one_call_per_message(1, "true"))
-                lnum = ed.find_line("```tool run_terminal_command id=c0")
-                c = ed.bench("time_command", lnum, "SidekickRunTool", "⟳")
-                r = wait_until(
-                    lambda e=ed: (lambda x: x if x["diag_ms"] is not None else None)(
-                        e.bench("diag_result")
-                    ),
-                    20,
-                    0.005,
-                    "running diagnostic",
-                )
-                ours.append(r["diag_ms"])
+                c, diag_ms = ed.time_run_tool("c0", 20, 0.005)
+                ours.append(diag_ms)
                 cmd_ms.append(c)
             finally:
                 ed.close()
@@ -456,18 +438,9 @@ class Bench:
             nlines = int(ed.lua("return vim.api.nvim_buf_line_count(0)"))
             time.sleep(1.0)
             for cid in pending[:runs]:
-                lnum = ed.find_line(f"```tool run_terminal_command id={cid}")
-                c = ed.bench("time_command", lnum, "SidekickRunTool", "⟳")
-                r = wait_until(
-                    lambda: (lambda x: x if x["diag_ms"] is not None else None)(
-                        ed.bench("diag_result")
-                    ),
-                    20,
-                    0.01,
-                    "running diagnostic",
-                )
+                c, diag_ms = ed.time_run_tool(cid, 20, 0.01)
                 cmd.append(c)
-                diag.append(r["diag_ms"])
+                diag.append(diag_ms)
                 time.sleep(0.5)
             for kind in BASELINES:
                 for cid in pending[runs:] or pending:
