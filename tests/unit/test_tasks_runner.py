@@ -264,10 +264,16 @@ def test_tasks_have_no_controlling_terminal(tmp_path) -> None:
 
 
 def test_detach_joins_the_host_session_only_without_a_terminal(monkeypatch) -> None:
-    monkeypatch.setattr(runner, "_detach", None)
-    monkeypatch.setattr(runner, "_has_controlling_terminal", lambda: True)
-    assert runner._detach_kwargs() == {"start_new_session": True}  # noqa: SLF001
-    monkeypatch.setattr(runner, "_detach", None)
-    monkeypatch.setattr(runner, "_has_controlling_terminal", lambda: False)
-    expected = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
-    assert runner._detach_kwargs() == expected  # noqa: SLF001
+    detach = runner._detach_kwargs  # noqa: SLF001
+    try:
+        detach.cache_clear()
+        monkeypatch.setattr(runner, "_has_controlling_terminal", lambda: True)
+        assert detach() == {"start_new_session": True}
+        detach.cache_clear()
+        monkeypatch.setattr(runner, "_has_controlling_terminal", lambda: False)
+        expected = (
+            {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+        )
+        assert detach() == expected
+    finally:
+        detach.cache_clear()  # the next caller sees this process as it is

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import os
 import signal
@@ -536,9 +537,7 @@ def spawn(
     return ChildProcess(popen, start_token(popen.pid), log_dir)
 
 
-_detach: dict[str, int | bool] | None = None
-
-
+@functools.cache
 def _detach_kwargs() -> dict[str, int | bool]:
     """How a task leaves the host's process group (Popen keywords).
 
@@ -552,12 +551,9 @@ def _detach_kwargs() -> dict[str, int | bool]:
     against 2.7 ms in paired bench runs). When this process does have a
     terminal (or Python < 3.11, without `process_group`), each task gets a
     session of its own, as before."""
-    global _detach
-    if _detach is None:
-        _detach = {"start_new_session": True}
-        if sys.version_info >= (3, 11) and not _has_controlling_terminal():
-            _detach = {"process_group": 0}
-    return _detach
+    if sys.version_info >= (3, 11) and not _has_controlling_terminal():
+        return {"process_group": 0}
+    return {"start_new_session": True}
 
 
 def _has_controlling_terminal() -> bool:
