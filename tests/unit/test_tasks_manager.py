@@ -109,6 +109,13 @@ async def test_env_cwd_and_task_id(tasks_manager: TaskManager, tmp_path):
     assert t.summary == f"{tmp_path} hi {t.id}"
 
 
+async def test_task_id_without_extra_env(tasks_manager: TaskManager, monkeypatch):
+    monkeypatch.setenv("SIDEKICK_TASK_ID", "inherited")  # the host's own value never leaks
+    t = await tasks_manager.submit(spec('echo "id=$SIDEKICK_TASK_ID home=${HOME:+set}"'))
+    t = await tasks_manager.wait(t.id, 10)
+    assert t.summary == f"id={t.id} home=set"
+
+
 async def test_spawn_error(tasks_manager: TaskManager, tmp_path):
     t = await tasks_manager.submit(spec("true", cwd=str(tmp_path / "missing")))
     assert t.status is S.FAILED and t.reason == Reason.SPAWN_ERROR
@@ -188,6 +195,29 @@ async def test_finished_small_unread_log_is_exact_at_once(tasks_state, tmp_path)
     # Exact at once: no count after "finished" was scheduled.
     assert m._counting == {}  # noqa: SLF001
     assert not [e for e in events if e.kind == "updated"]
+    await m.shutdown(kill=True)
+
+
+@pytest.mark.parametrize("count, in_worker", [(1000, False), (50000, True)])
+async def test_exit_read_on_the_loop_only_for_small_logs(
+    tasks_state, tmp_path, monkeypatch, count, in_worker
+):
+    """A short task's log is read at exit on the event loop (a worker thread
+    would cost more than the read); a larger one in a worker, exact either way."""
+    m = make_manager(MemoryStore(), tasks_state, poll_interval=100)
+    loop = asyncio.get_running_loop()
+    handed: list[str] = []
+    real = loop.run_in_executor
+
+    def spy(executor, fn, *args):
+        handed.append(getattr(fn, "__name__", ""))
+        return real(executor, fn, *args)
+
+    monkeypatch.setattr(loop, "run_in_executor", spy)
+    t = await m.submit(spec(f"seq 1 {count}", cwd=str(tmp_path)))
+    done = await m.wait(t.id, 10)
+    assert done.lines == count and done.summary.endswith(str(count))
+    assert ("_summarize_at_exit" in handed) is in_worker
     await m.shutdown(kill=True)
 
 

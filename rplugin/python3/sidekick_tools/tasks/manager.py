@@ -141,6 +141,22 @@ def _due_for_poll(acts: Iterable[_Active], now: float, interval: float) -> list[
 # (exact summary and line count at once); beyond it the summary comes from the tail.
 FULL_SCAN_MAX = 8 << 20
 
+# At a task's exit, logs with at most this many unread bytes are read on the event
+# loop: for a short task, handing the read to a worker thread (and the result
+# back) costs more than the read.
+INLINE_READ_MAX = 64 << 10
+
+
+def _unread_bytes(task: Task, follower: LogFollower) -> int:
+    """Bytes of the task's stdout log not read yet (of stderr only a 4 KiB tail
+    is ever read at exit)."""
+    if not task.log_path:
+        return 0
+    try:
+        return max(0, os.path.getsize(task.log_path) - follower.position)
+    except OSError:
+        return 0
+
 
 def _stderr_summary(task: Task) -> str:
     if task.stderr_path:
@@ -443,10 +459,15 @@ class TaskManager:
                     self._emit("updated", task)
 
     def _start(self, task: Task) -> None:
-        env = dict(task.env)
-        env["SIDEKICK_TASK_ID"] = task.id
         try:
-            proc = runner.spawn(task.command, task.log_dir, cwd=task.cwd, env=env, nice=self.nice)
+            proc = runner.spawn(
+                task.command,
+                task.log_dir,
+                cwd=task.cwd,
+                env=task.env,
+                nice=self.nice,
+                task_id=task.id,
+            )
         except runner.SpawnError as exc:
             transition(task, TaskStatus.FAILED, reason=Reason.SPAWN_ERROR)
             task.error = str(exc)
@@ -550,9 +571,12 @@ class TaskManager:
         task = act.task
         exact = True
         try:
-            out, err, exact = await self._loop().run_in_executor(
-                None, _summarize_at_exit, task, act.follower, self.full_scan_max
-            )
+            if _unread_bytes(task, act.follower) <= INLINE_READ_MAX:
+                out, err, exact = _summarize_at_exit(task, act.follower, self.full_scan_max)
+            else:
+                out, err, exact = await self._loop().run_in_executor(
+                    None, _summarize_at_exit, task, act.follower, self.full_scan_max
+                )
         except Exception:  # unreadable log: still finish the task
             log.exception("task %s: cannot read its log", token)
             out, err = "", ""
