@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 RESULT_STATUSES = ("running", "completed", "failed", "cancelled", "denied")
 STRUCTURAL = ("Unclosed fence", "Duplicate id")  # errors the text itself must fix
 RETRIES = 50
+# After writing into a buffer, the next batch for it waits until this much time
+# has passed, so that a burst of results (many tasks ending together) is written
+# in a few edits, each one parse, one round trip and one redraw. A result after
+# a quiet spell is written at once.
+WRITE_GAP = 0.025
 
 
 class UserError(Exception):
@@ -90,6 +95,7 @@ class CallRunner:
         # two hundred tasks ending together cost a few parses, not six hundred.
         self._queues: dict[int, list[_Pending]] = {}
         self._writers: dict[int, asyncio.Future[None]] = {}
+        self._written_at: dict[int, float] = {}  # loop time of the last batch, per buffer
         self._seq = itertools.count()
         tasks.subscribe(self._on_task_event)
         port.on_buffer_change = self.schedule_scan
@@ -358,17 +364,16 @@ class CallRunner:
     async def _write(self, tracked: Tracked, result: ToolResult) -> bool:
         """Write (or replace) the call's result block, then update its state.
         False when the block is gone (deleted while its task ran)."""
+        return await self._enqueue(tracked.buf, self._result_item(tracked, result))
+
+    def _result_item(self, tracked: Tracked, result: ToolResult) -> _Pending:
         token = result.fields.get("task")
         log_path = None  # named only when lines are cut: look the task up only then
         if token and result.body.count("\n") >= self.config.result_max_lines:
             log_path = _log_path(self.tasks.get(str(token)))
         body = self._shown(result.body, log_path, truncate=bool(token))
         block = result_lines(tracked.call_id, result.status, result.fields, body)
-        item = _Pending(next(self._seq), tracked=tracked, result=result, lines=block)
-        return await self._enqueue(tracked.buf, item)
-
-    async def _insert_notice(self, buf: int, lines: list[str]) -> bool:
-        return await self._enqueue(buf, _Pending(next(self._seq), lines=lines))
+        return _Pending(next(self._seq), tracked=tracked, result=result, lines=block)
 
     def _enqueue(self, buf: int, item: _Pending) -> asyncio.Future[bool]:
         item.fut = asyncio.get_event_loop().create_future()
@@ -380,8 +385,13 @@ class CallRunner:
 
     async def _drain(self, buf: int) -> None:
         try:
+            loop = asyncio.get_event_loop()
             while self._queues.get(buf):
-                await asyncio.sleep(0)  # let whatever else ends this turn join the batch
+                # let whatever else ends this turn (or, in a burst, within the
+                # write gap) join the batch
+                last = self._written_at.get(buf)
+                wait = 0.0 if last is None else last + WRITE_GAP - loop.time()
+                await asyncio.sleep(max(0.0, wait))
                 batch = self._queues.pop(buf)
                 try:
                     later = await self._write_batch(buf, batch)
@@ -390,6 +400,7 @@ class CallRunner:
                     later = []
                     for item in batch:
                         item.resolve(False)
+                self._written_at[buf] = loop.time()
                 if later:
                     self._queues.setdefault(buf, [])[:0] = later
         finally:
@@ -591,7 +602,8 @@ class CallRunner:
         tracked.finishing = True
         result = tools.result_from_task(tracked.tool, task)
         result.fields.setdefault("task", task.id)
-        await self._write(tracked, result)
+        # the final block and the notice go into the buffer together, in one edit
+        written = self._enqueue(tracked.buf, self._result_item(tracked, result))
         output = self._shown(result.body, _log_path(task))
         payload = {
             "id": task.id,
@@ -603,7 +615,8 @@ class CallRunner:
             "output": output,
             "log": _log_path(task),
         }
-        await self._insert_notice(tracked.buf, notice_lines(payload))
+        noticed = self._enqueue(tracked.buf, _Pending(next(self._seq), lines=notice_lines(payload)))
+        await asyncio.gather(written, noticed)
 
     # -- diagnostics for calls this host does not follow ----------------------------------
     def schedule_scan(self, buf: int, delay: float = 0.15) -> None:

@@ -1,0 +1,93 @@
+"""CallRunner writes results that arrive together in one edit of the buffer.
+
+The port is a stand-in for Neovim: a BufferMirror it edits itself, extmark rows
+found by the call's header line, and a record of every edit applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sidekick_tools import calls
+from sidekick_tools.buffers import BufferMirror
+from sidekick_tools.calls import CallRunner, Tracked
+from sidekick_tools.chat import parse
+from sidekick_tools.config import Config
+from sidekick_tools.tools.base import ToolResult
+
+BUF = 1
+N = 6
+
+
+def chat_lines(n: int) -> list[str]:
+    lines = ["USER: go", "", "ASSISTANT: Running them.", ""]
+    for i in range(n):
+        lines += [f"```tool run_terminal_command id=c{i}", '{"command": "true"}', "```", ""]
+    return lines
+
+
+class Port:
+    def __init__(self, lines: list[str]) -> None:
+        self.mirrors = {BUF: BufferMirror(BUF, "chat.sidekick.md", lines, 1)}
+        self.applied: list[list[tuple[int, int, list[str]]]] = []
+        self.events: list[dict[str, Any]] = []
+        self.on_buffer_change = None
+
+    async def mark_rows(self, buf: int, marks: list[int]) -> dict[int, int]:
+        await asyncio.sleep(0)  # a round trip: other coroutines run meanwhile
+        chat = parse(self.mirrors[buf].lines)
+        return {m: chat.call_by_id(f"c{m}").start_row for m in marks}
+
+    async def apply(self, buf: int, tick: int, edits: list[tuple[int, int, list[str]]]) -> bool:
+        await asyncio.sleep(0)
+        mirror = self.mirrors[buf]
+        if tick != mirror.tick:
+            return False
+        self.applied.append(edits)
+        for start, end, lines in edits:  # CallRunner sends them bottom-up
+            mirror.on_lines(mirror.tick + 1, start, end, lines)
+        return True
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+
+class Tasks:
+    def subscribe(self, fn: Any) -> None:
+        pass
+
+
+async def write_staggered(gap: float, monkeypatch: pytest.MonkeyPatch) -> Port:
+    """The first result, then the others one loop turn apart, as tasks end."""
+    monkeypatch.setattr(calls, "WRITE_GAP", gap)
+    port = Port(chat_lines(N))
+    runner = CallRunner(port, Tasks(), Config())
+    writes = []
+    for i in range(N):
+        tracked = Tracked(BUF, i, f"c{i}", "run_terminal_command", "chat.sidekick.md")
+        writes.append(asyncio.ensure_future(runner._write(tracked, ToolResult.ok(f"out {i}"))))
+        await asyncio.sleep(0)
+    assert await asyncio.gather(*writes) == [True] * N
+    return port
+
+
+async def test_a_burst_of_results_is_written_in_few_edits(monkeypatch):
+    port = await write_staggered(0.5, monkeypatch)
+    # what arrived in the first turn at once, then everything that arrived
+    # during the gap in one edit (which also opens the next USER: message)
+    assert len(port.applied) == 2
+    assert port.mirrors[BUF].lines[-1] == "USER: "
+    chat = parse(port.mirrors[BUF].lines)
+    assert [c.result.body for c in chat.calls] == [f"out {i}" for i in range(N)]
+    assert [c.result.status for c in chat.calls] == ["completed"] * N
+    done = [e["mark"] for e in port.events if e.get("state") == "completed"]
+    assert sorted(done) == list(range(N))
+
+
+async def test_without_a_gap_each_turn_writes_what_it_has(monkeypatch):
+    port = await write_staggered(0.0, monkeypatch)
+    assert len(port.applied) > 2  # the same arrivals, more edits: the gap is what batches
+    chat = parse(port.mirrors[BUF].lines)
+    assert [c.result.body for c in chat.calls] == [f"out {i}" for i in range(N)]
