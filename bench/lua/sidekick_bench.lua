@@ -101,16 +101,34 @@ function M.stop_all(kind)
   return true
 end
 
---- Follow the plugin's task events: count "finished" ones.
+local UNSETTLED = { pending = true, queued = true, running = true }
+
+--- Follow the plugin's task events: count "finished" ones. Follow its call
+--- events too: `t_written` is when the last call got its final state, which
+--- the host sends once the call's result block is in the buffer.
 function M.track_plugin(expected)
   M.reset()
   M.state.started = expected
+  M.state.written = 0
+  M.settled = {}
   if not M._unsub then
-    M._unsub = require("sidekick_tools.bridge").on("task", function(ev)
+    local bridge = require("sidekick_tools.bridge")
+    M._unsub = bridge.on("task", function(ev)
       if ev.finished then
         finished_one()
       elseif ev.kind == "started" then
         M.state.running = (M.state.running or 0) + 1
+      end
+    end)
+    bridge.on("call", function(ev)
+      local st = M.state
+      if UNSETTLED[ev.state] or M.settled[ev.mark] or not st.written then
+        return
+      end
+      M.settled[ev.mark] = true
+      st.written = st.written + 1
+      if st.written >= st.started then
+        st.t_written = uv.hrtime()
       end
     end)
   end

@@ -182,6 +182,7 @@ function handlers.call(ev)
   M.tracked[ev.buf] = M.tracked[ev.buf] or {}
   M.tracked[ev.buf][ev.mark] = ev
   redraw(ev.buf)
+  emit("call", ev)
 end
 
 function handlers.forget(ev)
