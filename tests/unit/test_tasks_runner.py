@@ -277,3 +277,25 @@ def test_detach_joins_the_host_session_only_without_a_terminal(monkeypatch) -> N
         assert detach() == expected
     finally:
         detach.cache_clear()  # the next caller sees this process as it is
+
+
+@pytest.mark.parametrize("mask", [0o000, 0o027])
+def test_logs_are_private_and_the_command_keeps_the_hosts_umask(tmp_path, mask) -> None:
+    """The wrapper creates the logs 0600 whatever the umask, then gives the
+    command this process's umask back."""
+    runner._umask.cache_clear()  # noqa: SLF001
+    old = os.umask(mask)
+    try:
+        log_dir = str(tmp_path / "log")
+        proc = runner.spawn("umask; : > made", log_dir, cwd=str(tmp_path))
+    finally:
+        os.umask(old)
+        runner._umask.cache_clear()  # noqa: SLF001
+    wait_for(lambda: runner.read_exit(log_dir) is not None)
+    assert runner.read_exit(log_dir).code == 0
+    assert int(read(os.path.join(log_dir, "stdout")).strip(), 8) == mask
+    assert stat.S_IMODE(os.stat(tmp_path / "made").st_mode) == 0o666 & ~mask
+    for name in ("stdout", "stderr", "exit"):
+        assert stat.S_IMODE(os.stat(os.path.join(log_dir, name)).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(log_dir).st_mode) == 0o700 & ~mask
+    proc.popen.wait()

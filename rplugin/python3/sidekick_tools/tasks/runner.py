@@ -2,16 +2,20 @@
 
 Every task runs as
 
-    /bin/sh -c WRAPPER sidekick-task COMMAND LOG_DIR [TASK_ID]
+    /bin/sh -c WRAPPER sidekick-task COMMAND LOG_DIR UMASK [TASK_ID]
 
 in its own process group (pgid == supervisor pid) with stdin from /dev/null,
 and with no controlling terminal (see `_detach_kwargs`). The wrapper (the
-task's *supervisor*) runs the command with `/bin/sh -c COMMAND`, the shell
-redirecting its stdout and stderr to
-`LOG_DIR/stdout` and `LOG_DIR/stderr`. Those are created empty (0600)
-beforehand and the shell opens them for appending, never truncating: on ext4
-a truncated file is flushed in full when its writer closes it
-("auto_da_alloc"), which cost a 100 MB task a quarter of its wall time. The
+task's *supervisor*) opens `LOG_DIR/stdout` and `LOG_DIR/stderr` for
+appending under umask 077 (so they are created 0600), restores the host's
+UMASK, and runs the command with `/bin/sh -c COMMAND`, its stdout and stderr
+on those files. The host only creates LOG_DIR (0700): when 200 tasks start
+at once, creating files on the host's single thread made every task wait
+for the ones before it, and the wrapper creates them in parallel with the
+other tasks for free (it opens the files either way). Appending, never
+truncating, matters: on ext4 a truncated file is flushed in full when its
+writer closes it ("auto_da_alloc"), which cost a 100 MB task a quarter of
+its wall time. A reader treats a log that is not there yet as empty. The
 wrapper's own stderr (e.g. the shell's "Terminated" report) goes to /dev/null
 and never pollutes the task's log. The wrapper records the outcome in
 `LOG_DIR/exit` with one builtin `printf` (no extra process: a `mv` per task
@@ -49,8 +53,11 @@ log = logging.getLogger(__name__)
 WRAPPER = r"""trap 'sk_sig=15' TERM
 trap 'sk_sig=1' HUP
 trap 'sk_sig=2' INT
-if [ -n "${3:-}" ]; then export SIDEKICK_TASK_ID="$3"; fi
-/bin/sh -c "$1" </dev/null >>"$2/stdout" 2>>"$2/stderr"
+umask 077
+exec 3>>"$2/stdout" 4>>"$2/stderr"
+umask "$3"
+if [ -n "${4:-}" ]; then export SIDEKICK_TASK_ID="$4"; fi
+/bin/sh -c "$1" </dev/null >&3 2>&4 3>&- 4>&-
 sk_rc=$?
 umask 077
 printf 'code=%s\nsignal=%s\nended=%s\n' "$sk_rc" "${sk_sig:-0}" "${EPOCHREALTIME:-}" >"$2/exit"
@@ -291,18 +298,24 @@ def read_exit(log_dir: str) -> ExitRecord | None:
     return ExitRecord(code, sig, ended)
 
 
-def prepare_log_dir(log_dir: str) -> tuple[str, str]:
-    """Create LOG_DIR (0700) with empty stdout/stderr files (0600)."""
+def prepare_log_dir(log_dir: str) -> None:
+    """Create LOG_DIR (0700) unless it is there; the wrapper creates the logs."""
     os.makedirs(log_dir, mode=0o700, exist_ok=True)
-    os.chmod(log_dir, 0o700)
-    paths = []
-    for name in ("stdout", "stderr"):
-        path = os.path.join(log_dir, name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        os.fchmod(fd, 0o600)
-        os.close(fd)
-        paths.append(path)
-    return paths[0], paths[1]
+
+
+@functools.cache
+def _umask() -> str:
+    """This process's umask in octal, for the wrapper to give back to the command."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return line.split()[1]
+    except (OSError, IndexError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no /proc: read it by setting it (once, at the first task)
+    os.umask(mask)
+    return f"{mask:04o}"
 
 
 # --------------------------------------------------------------------------- processes
@@ -525,7 +538,7 @@ def spawn(
         raise SpawnError(f"cannot create the task's log directory {log_dir}: {exc}") from exc
     try:
         popen = subprocess.Popen(
-            ["/bin/sh", "-c", WRAPPER, SUPERVISOR_NAME, command, log_dir]
+            ["/bin/sh", "-c", WRAPPER, SUPERVISOR_NAME, command, log_dir, _umask()]
             + ([task_id] if task_id else []),
             cwd=cwd or None,
             env=full_env,
