@@ -46,7 +46,7 @@ function M.run_tool(bufnr, lnum)
       return err("sidekick_tools: run_tool needs a line number for a buffer that is not current")
     end
   end
-  local ok, res = pcall(host.request, "run_tool", bufnr, lnum - 1)
+  local ok, res = pcall(host.request, "run_tool", bufnr, lnum - 1, vim.fn.getcwd())
   if not ok then
     return err(res)
   end
@@ -60,7 +60,7 @@ end
 function M.run_tools(bufnr)
   vim.validate({ bufnr = { bufnr, "number", true } })
   bufnr = bufnr_of(bufnr)
-  local ok, res = pcall(host.request, "run_tools", bufnr)
+  local ok, res = pcall(host.request, "run_tools", bufnr, vim.fn.getcwd())
   if not ok then
     return err(res)
   end

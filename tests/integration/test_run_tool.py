@@ -39,6 +39,23 @@ def test_run_command_writes_result_and_diagnostic(editor):
     assert editor.lines(buf)[-1] == "USER: "
 
 
+@pytest.mark.parametrize("command", ["SidekickRunTool", "SidekickRunTools"])
+def test_calls_run_in_the_windows_working_directory(editor, command):
+    """A window-local :lcd is where the call runs (the cwd comes with the request)."""
+    editor.setup()
+    sub = editor.workdir / "sub dir"
+    sub.mkdir()
+    (sub / "here.txt").write_text("found\n")
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": "pwd; cat here.txt"})))
+    editor.nvim.command(f"lcd {str(sub).replace(' ', chr(92) + ' ')}")
+    editor.nvim.command("call cursor(5, 1)")
+    editor.nvim.command(command)
+    out = editor.wait_text("```result id=call_01 status=completed exit=0")
+    lines = out.split("\n")
+    res = next(i for i, line in enumerate(lines) if line.startswith("```result id=call_01"))
+    assert lines[res + 1 : res + 3] == [str(sub), "found"]
+
+
 def test_failed_command_shows_exit_code(editor):
     editor.setup()
     editor.open_chat(chat(call_block("run_terminal_command", {"command": "echo oops >&2; exit 3"})))

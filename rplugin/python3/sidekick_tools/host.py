@@ -143,12 +143,12 @@ class Host:
             "pid": os.getpid(),
         }
 
-    def rpc_run_tool(self, buf: int, row: int) -> Any:
-        cwd = self._cwd()
+    def rpc_run_tool(self, buf: int, row: int, cwd: str | None = None) -> Any:
+        cwd = str(cwd) if cwd else self._cwd()
         return self.port.block_on(self.calls.run_tool(int(buf), int(row), cwd))
 
-    def rpc_run_tools(self, buf: int) -> Any:
-        cwd = self._cwd()
+    def rpc_run_tools(self, buf: int, cwd: str | None = None) -> Any:
+        cwd = str(cwd) if cwd else self._cwd()
         return self.port.block_on(self.calls.run_tools(int(buf), cwd))
 
     def rpc_chat_opened(self, buf: int) -> Any:
@@ -222,6 +222,7 @@ class Host:
             log.exception("shutdown failed")
 
     def _cwd(self) -> str:
+        """Neovim's working directory, for callers that did not send theirs along."""
         return str(self.port.block_on(self.port.call("nvim_call_function", "getcwd", [])))
 
     # -- task views (tasks window, output view) ----------------------------------------
