@@ -114,7 +114,12 @@ class CallRunner:
         tracked = await self._prepare(buf, call)
         if tracked is None:
             raise UserError("sidekick_tools: the tool call changed while starting; try again")
-        self._spawn(self._chain(tracked, cwd, chain=True))
+        # The mirror has seen _prepare's edit (Neovim sends a buffer's line events
+        # before the reply to the request that made them): the call as the user
+        # asked for it is at hand, with no round trip to look it up by its mark.
+        current = mirror.chat().call_by_id(tracked.call_id)
+        found = (mirror, current) if current is not None else None
+        self._spawn(self._chain(tracked, cwd, chain=True, found=found))
         return {"id": tracked.call_id, "tool": tracked.tool}
 
     async def run_tools(self, buf: int, cwd: str) -> dict[str, Any]:
@@ -203,12 +208,14 @@ class CallRunner:
         if deliveries:
             await asyncio.gather(*deliveries)
 
-    async def _chain(self, first: Tracked, cwd: str, chain: bool) -> None:
+    async def _chain(
+        self, first: Tracked, cwd: str, chain: bool, found: tuple[Any, ToolCall] | None = None
+    ) -> None:
         current: Tracked | None = first
         explicit = True
         while current is not None:
-            await self._execute(current, cwd, explicit=explicit)
-            explicit = False
+            await self._execute(current, cwd, explicit=explicit, found=found)
+            explicit, found = False, None
             current = await self._next_auto(current, cwd) if chain else None
 
     async def _next_auto(self, previous: Tracked, cwd: str) -> Tracked | None:
@@ -238,8 +245,14 @@ class CallRunner:
             return await self._next_auto(tracked, cwd)
         return tracked
 
-    async def _execute(self, tracked: Tracked, cwd: str, explicit: bool) -> None:
-        result = await self._run_call(tracked, cwd, explicit)
+    async def _execute(
+        self,
+        tracked: Tracked,
+        cwd: str,
+        explicit: bool,
+        found: tuple[Any, ToolCall] | None = None,
+    ) -> None:
+        result = await self._run_call(tracked, cwd, explicit, found)
         if result is not None:
             await self._deliver(tracked, result)
 
