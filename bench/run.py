@@ -794,7 +794,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--wall-mb", type=float, default=None, help="output of the wall-time task (default: --mb)"
     )
-    p.add_argument("--wall-reps", type=int, default=5)
+    p.add_argument(
+        "--wall-reps", type=int, default=9, help="timed runs of each side (default 9; medians)"
+    )
     p.add_argument("--diag-runs", type=int, default=30)
     p.add_argument("--cold-runs", type=int, default=5)
     p.add_argument("--startup-runs", type=int, default=10)
