@@ -294,7 +294,9 @@ class Bench:
             "≤ 1.05×",
             ours / d <= 1.05,
             "×",
-            f"direct {d:.0f} ms; ours {ours:.0f} ms from run_tool to the task's finished "
+            f"direct {d:.0f} ms (runs from {min(direct):.0f} to {max(direct):.0f} ms); "
+            f"ours {ours:.0f} ms (from {min(res['ours']):.0f} to {max(res['ours']):.0f} ms) "
+            "from run_tool to the task's finished "
             f"event in Lua (process alone, started_at→ended_at: {med(res['ours_proc']):.0f} ms); "
             f"jobstart {med(res['jobstart']):.0f} ms, vim.system {med(res['system']):.0f} ms; "
             f"medians of {reps}",
