@@ -117,8 +117,10 @@ class CallRunner:
         # The mirror has seen _prepare's edit (Neovim sends a buffer's line events
         # before the reply to the request that made them): the call as the user
         # asked for it is at hand, with no round trip to look it up by its mark.
-        current = mirror.chat().call_by_id(tracked.call_id)
-        found = (mirror, current) if current is not None else None
+        # By row, not by id: a duplicate id names another block too.
+        current = mirror.chat().call_at(call.start_row)
+        same = current is not None and current.start_row == call.start_row
+        found = (mirror, current) if same and current.call_id == tracked.call_id else None
         self._spawn(self._chain(tracked, cwd, chain=True, found=found))
         return {"id": tracked.call_id, "tool": tracked.tool}
 
