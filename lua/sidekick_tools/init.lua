@@ -16,6 +16,19 @@ local function err(msg)
   return nil, msg
 end
 
+--- A run request's reply carries the events of the calls it started (their
+--- running state): show them at once, drawn without the burst throttle.
+local function with_events(bufnr, res)
+  local bridge = require("sidekick_tools.bridge")
+  bridge.prompt(bufnr)
+  if type(res) == "table" and res.events then
+    local events = res.events
+    res.events = nil
+    bridge.on_events(events)
+  end
+  return res
+end
+
 --- Configure the plugin. Safe to call again; a running host gets the new settings.
 ---@param opts table|nil see :h sidekick_tools-config
 function M.setup(opts)
@@ -50,8 +63,7 @@ function M.run_tool(bufnr, lnum)
   if not ok then
     return err(res)
   end
-  require("sidekick_tools.bridge").prompt(bufnr)
-  return res
+  return with_events(bufnr, res)
 end
 
 --- Run every pending call of the last assistant message, in order.
@@ -64,8 +76,7 @@ function M.run_tools(bufnr)
   if not ok then
     return err(res)
   end
-  require("sidekick_tools.bridge").prompt(bufnr)
-  return res
+  return with_events(bufnr, res)
 end
 
 --- Cancel a task. Without a token: the task of the call under the cursor.

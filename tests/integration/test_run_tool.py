@@ -56,6 +56,32 @@ def test_calls_run_in_the_windows_working_directory(editor, command):
     assert lines[res + 1 : res + 3] == [str(sub), "found"]
 
 
+@pytest.mark.parametrize("fn", ["run_tool", "run_tools"])
+def test_the_reply_carries_the_running_state(editor, fn):
+    """When run_tool/run_tools return, Lua already knows the call runs: the
+    reply brings the state along, no later notification is needed for it."""
+    editor.setup()
+    marker = editor.workdir / "go"
+    cmd = f"while [ ! -e '{marker}' ]; do sleep 0.02; done"
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": cmd})))
+    editor.nvim.command("call cursor(5, 1)")
+    states = editor.lua(
+        f"""
+        local info = require('sidekick_tools').{fn}()
+        local out, buf = {{}}, vim.api.nvim_get_current_buf()
+        for _, st in pairs(require('sidekick_tools.bridge').tracked[buf] or {{}}) do
+          table.insert(out, st.state)
+        end
+        return {{ info = info, states = out }}
+        """
+    )
+    assert states["states"] == ["running"]
+    assert "events" not in states["info"]
+    editor.wait_diag(4, "⟳ run_terminal_command (running")
+    marker.write_text("")
+    editor.wait_text("```result id=call_01 status=completed exit=0")
+
+
 def test_failed_command_shows_exit_code(editor):
     editor.setup()
     editor.open_chat(chat(call_block("run_terminal_command", {"command": "echo oops >&2; exit 3"})))

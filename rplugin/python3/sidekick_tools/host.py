@@ -145,11 +145,22 @@ class Host:
 
     def rpc_run_tool(self, buf: int, row: int, cwd: str | None = None) -> Any:
         cwd = str(cwd) if cwd else self._cwd()
-        return self.port.block_on(self.calls.run_tool(int(buf), int(row), cwd))
+        return self.port.block_on(self._with_events(self.calls.run_tool(int(buf), int(row), cwd)))
 
     def rpc_run_tools(self, buf: int, cwd: str | None = None) -> Any:
         cwd = str(cwd) if cwd else self._cwd()
-        return self.port.block_on(self.calls.run_tools(int(buf), cwd))
+        return self.port.block_on(self._with_events(self.calls.run_tools(int(buf), cwd)))
+
+    async def _with_events(self, started: Any) -> dict[str, Any]:
+        """The reply to a run request, with the events the calls it started have
+        emitted by then (the first call's running state): Lua shows them as soon
+        as the request returns. Sent on their own, right before or after the
+        reply, Neovim may leave them unread until the host sends something else
+        (neovim/neovim#12722); in a 100,000-line chat that was 6 ms."""
+        reply = await started
+        await asyncio.sleep(0)  # the started chain runs up to its first state change
+        reply["events"] = self.port.take_events()
+        return reply
 
     def rpc_chat_opened(self, buf: int) -> Any:
         self.port.block_on(self.calls.chat_opened(int(buf)))

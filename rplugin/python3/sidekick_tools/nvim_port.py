@@ -82,6 +82,11 @@ class NvimPort:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 
+    def take_events(self) -> list[dict[str, Any]]:
+        """The events not sent yet, for a reply to carry them instead."""
+        events, self._events = self._events, []
+        return events
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         events, self._events = self._events, []
