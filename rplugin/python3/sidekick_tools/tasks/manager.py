@@ -197,11 +197,7 @@ def _summarize_at_exit(
     """
     if not task.log_path:
         return "", _stderr_summary(task), True
-    try:
-        size = os.path.getsize(task.log_path)
-    except OSError:
-        size = 0
-    if size - follower.position <= full_scan_max:
+    if _unread_bytes(task, follower) <= full_scan_max:
         out, err = _scan_for_summary(task, follower)
         return out, err, True
     return summarize_tail(task.log_path, follower), _stderr_summary(task), False
