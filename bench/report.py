@@ -110,6 +110,7 @@ def markdown(rows: list[dict[str, Any]], info: dict[str, str], a: argparse.Names
         f"| date | {info['date']} |",
         f"| commit | {info['commit']} |",
         f"| arguments | `{info['args'] or '(defaults)'}`, took {info['duration']} |",
+        f"| CPU steal (time the hypervisor gave other guests) | {info.get('steal', 'n/a')} |",
         "",
         "| " + " | ".join(HEAD) + " |",
         "|" + "---|" * len(HEAD),

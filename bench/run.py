@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,7 @@ class Bench:
         self.rows: list[dict[str, Any]] = []
         self.raw: dict[str, Any] = {}
         self.series: dict[str, dict[str, list[float]]] = {}
+        self.probes = 0
 
     def log(self, msg: str) -> None:
         print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -99,72 +101,90 @@ class Bench:
 
     # ------------------------------------------------------------------ prober
     def probe(self, ed: Editor, pids: list[int], name: str) -> _Probe:
-        return _Probe(ed.sock, self.a.period_ms, self.tmp / f"probe-{name}", pids)
+        self.probes += 1  # each its own files: an old stop file would end a new probe at once
+        return _Probe(ed.sock, self.a.period_ms, self.tmp / f"probe-{name}-{self.probes}", pids)
 
     # ------------------------------------------------------------------ 1. flood
-    def flood(self) -> None:
-        n, mb = self.a.tasks, self.a.mb
-        cmd = flood_command(mb)
-        self.log(f"flood: {n} tasks x {mb} MB, probe every {self.a.period_ms} ms")
-        results: dict[str, dict[str, Any]] = {}
-        for kind in ("ours", *BASELINES, "external"):
-            ed = Editor(self.tmp)
-            try:
-                ed.setup(tasks={"max_concurrent": max(5, n)})
-                host = None
+    def _flood_once(self, kind: str, n: int, cmd: str) -> dict[str, Any]:
+        """One flood of `n` tasks by `kind`, probed from before it starts until
+        after it ends; returns its figures and the prober's samples."""
+        ed = Editor(self.tmp)
+        try:
+            ed.setup(tasks={"max_concurrent": max(5, n)})
+            host = None
+            if kind == "ours":
+                ed.open_chat(chats.one_message([cmd] * n))
+                host = ed.start_host()
+                time.sleep(0.3)
+            pids = [ed.pid] + ([host] if host else [])
+            os.sync()  # earlier floods' files are not written back during this one
+            probe = self.probe(ed, pids, kind)
+            time.sleep(self.a.idle_s)
+            t_start = time.monotonic()
+            if kind == "external":
+                # the floor: the same floods started by a process that is
+                # not the editor, into files; the editor does nothing at all
+                procs = [
+                    subprocess.Popen(cmd + f" > {self.tmp}/ext{i}.out", shell=True)
+                    for i in range(n)
+                ]
+                for p in procs:
+                    p.wait()
+                t_end = time.monotonic()
+                wall_ms = (t_end - t_start) * 1000
+                for i in range(n):
+                    Path(f"{self.tmp}/ext{i}.out").unlink()
+            else:
                 if kind == "ours":
-                    ed.open_chat(chats.one_message([cmd] * n))
-                    host = ed.start_host()
-                    time.sleep(0.3)
-                pids = [ed.pid] + ([host] if host else [])
-                os.sync()  # earlier floods' files are not written back during this one
-                probe = self.probe(ed, pids, kind)
-                time.sleep(self.a.idle_s)
-                t_start = time.monotonic()
-                if kind == "external":
-                    # the floor: the same floods started by a process that is
-                    # not the editor, into files; the editor does nothing at all
-                    procs = [
-                        subprocess.Popen(cmd + f" > {self.tmp}/ext{i}.out", shell=True)
-                        for i in range(n)
-                    ]
-                    for p in procs:
-                        p.wait()
-                    t_end = time.monotonic()
-                    wall_ms = (t_end - t_start) * 1000
-                    for i in range(n):
-                        Path(f"{self.tmp}/ext{i}.out").unlink()
+                    ed.bench("plugin_run_tools", n)
                 else:
-                    if kind == "ours":
-                        ed.bench("plugin_run_tools", n)
-                    else:
-                        ed.bench("spawn", kind, cmd, n)
-                    wait_until(
-                        lambda e=ed: (lambda s: s["done"] >= s["started"])(e.state()),
-                        self.a.flood_timeout,
-                        0.25,
-                        f"{kind} flood",
-                    )
-                    t_end = time.monotonic()
-                    st = ed.state()
-                    wall_ms = (st["t_done"] - st["t0"]) / 1e6
-                    if kind in BASELINES:
-                        ed.bench("stop_all", kind)
-                time.sleep(0.5)
-                data = probe.stop()
-                results[kind] = _flood_stats(data, ed.pid, host, t_start, t_end, wall_ms)
-                self.series[kind] = {
-                    "t": [t - t_start for t in data["t"]],
-                    "rtt": data["rtt"],
-                }
-                self.log(
-                    f"  {kind}: wall {wall_ms:.0f} ms, idle p99 {results[kind]['idle_p99']:.2f}, "
-                    f"flood p50/p99/max {results[kind]['p50']:.2f}/{results[kind]['p99']:.2f}/"
-                    f"{results[kind]['max']:.2f} ms, RSS +{results[kind]['rss_growth_mb']:.1f} MB"
+                    ed.bench("spawn", kind, cmd, n)
+                wait_until(
+                    lambda e=ed: (lambda s: s["done"] >= s["started"])(e.state()),
+                    self.a.flood_timeout,
+                    0.25,
+                    f"{kind} flood",
                 )
-            finally:
-                ed.close()
-                time.sleep(1.0)  # let the closed editor's memory and processes go
+                t_end = time.monotonic()
+                st = ed.state()
+                wall_ms = (st["t_done"] - st["t0"]) / 1e6
+                if kind in BASELINES:
+                    ed.bench("stop_all", kind)
+            time.sleep(0.5)
+            data = probe.stop()
+            stats = _flood_stats(data, ed.pid, host, t_start, t_end, wall_ms)
+            stats["series"] = {"t": [t - t_start for t in data["t"]], "rtt": data["rtt"]}
+            return stats
+        finally:
+            ed.close()
+            time.sleep(1.0)  # let the closed editor's memory and processes go
+
+    def flood(self) -> None:
+        n, mb, reps = self.a.tasks, self.a.mb, self.a.flood_reps
+        cmd = flood_command(mb)
+        self.log(
+            f"flood: {n} tasks x {mb} MB, probe every {self.a.period_ms} ms; "
+            f"ours and the floor {reps} times, each baseline once"
+        )
+        # Ours and the floor alternate, so that both see the same machine; a
+        # baseline flood takes up to half a minute and runs once.
+        plan = [k for _ in range(reps) for k in ("ours", "external")]
+        plan[1:1] = BASELINES
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for kind in plan:
+            stats = self._flood_once(kind, n, cmd)
+            runs.setdefault(kind, []).append(stats)
+            self.log(
+                f"  {kind}: wall {stats['wall_ms']:.0f} ms, idle p99 {stats['idle_p99']:.2f}, "
+                f"flood p50/p99/max {stats['p50']:.2f}/{stats['p99']:.2f}/"
+                f"{stats['max']:.2f} ms, RSS +{stats['rss_growth_mb']:.1f} MB"
+            )
+        results = {kind: _pool_floods(rs) for kind, rs in runs.items()}
+        # the plot shows each side's first flood
+        self.series = {kind: rs[0].pop("series") for kind, rs in runs.items()}
+        for rs in runs.values():
+            for r in rs:
+                r.pop("series", None)
         self.raw["flood"] = results
         self.raw["flood_series"] = self.series
         ours = results["ours"]
@@ -189,7 +209,9 @@ class Bench:
             ok,
             "ms",
             f"idle p99 {idle:.2f} ms; p99 − idle p99 = {ours['p99'] - idle:.2f} ms; "
-            f"{ours['n']} probes over {ours['window_ms'] / 1000:.1f} s",
+            f"{ours['n']} probes over {len(ours['runs'])} floods of ours "
+            f"({ours['window_ms'] / 1000:.1f} s in all; each flood's own p99: "
+            f"{_fmt_list((r['p99'] for r in ours['runs']), 2)} ms), one flood of each baseline",
         )
         ext = results["external"]
         self.row(
@@ -203,7 +225,8 @@ class Bench:
             "ms",
             "no plugin, no host, no job in the editor: what CPU contention alone costs the "
             f"prober here ({os.cpu_count()} cores, {2 * n} busy processes); idle p99 "
-            f"{ext['idle_p99']:.2f} ms",
+            f"{ext['idle_p99']:.2f} ms; {len(ext['runs'])} floods, each alternating with one of "
+            f"ours (each flood's own p99: {_fmt_list((r['p99'] for r in ext['runs']), 2)} ms)",
         )
         self.row(
             "mem_flood",
@@ -213,7 +236,9 @@ class Bench:
             "≤ 10 MB",
             ours["rss_growth_mb"] <= 10,
             "MB",
-            f"host process grew {ours.get('host_growth_mb', float('nan')):.1f} MB",
+            f"the largest growth of {len(ours['runs'])} floods (each: "
+            f"{_fmt_list((r['rss_growth_mb'] for r in ours['runs']), 2)} MB); "
+            f"host process grew up to {ours.get('host_growth_mb', float('nan')):.1f} MB",
         )
         self.row(
             "flood_wall",
@@ -223,7 +248,8 @@ class Bench:
             "-",
             None,
             "ms",
-            f"outside the editor the same floods took {ext['wall_ms']:.0f} ms",
+            f"medians of {len(ours['runs'])} floods (ours) and one (baselines); outside the "
+            f"editor the same floods took {ext['wall_ms']:.0f} ms",
         )
 
     # ------------------------------------------------------------------ 2. wall time
@@ -231,7 +257,7 @@ class Bench:
         mb = self.a.wall_mb
         cmd = flood_command(mb)
         reps = self.a.wall_reps
-        self.log(f"wall time: {mb:g} MB, {reps} runs each")
+        self.log(f"wall time: {mb:g} MB, {reps} rounds")
         direct = []
         # Each direct run's output file is kept until the end, like a task's
         # log: both sides leave the same amount of data to be written back.
@@ -254,8 +280,12 @@ class Bench:
             ed.setup()
             ed.open_chat(chats.one_call_per_message(reps, cmd))
             ed.start_host()
+            # Each round runs the four sides one after the other, so that each
+            # side's run can be set against the direct run of its own round:
+            # the machine drifts (other tenants of the host) more from one
+            # round to the next than within one.
             for i in range(reps):
-                run_direct()  # interleaved, so that both see the same machine state
+                run_direct()
                 lnum = ed.find_line(f"```tool run_terminal_command id=c{i}")
                 ed.lua(f"vim.api.nvim_win_set_cursor(0, {{{lnum}, 0}})")
                 os.sync()
@@ -271,9 +301,9 @@ class Bench:
                     "return {t.started_at, t.ended_at}"
                 )
                 res["ours_proc"].append((task[1] - task[0]) * 1000)
+                # the exact line count of the log is read after "finished"
                 time.sleep(0.3)
-            for kind in BASELINES:
-                for _ in range(reps):
+                for kind in BASELINES:
                     os.sync()
                     ed.bench("spawn", kind, cmd, 1)
                     wait_until(lambda: ed.state()["done"] >= 1, 120, END_POLL, "baseline end")
@@ -283,23 +313,24 @@ class Bench:
         finally:
             ed.close()
             shutil.rmtree(outs, ignore_errors=True)
-        d = med(direct)
-        ours = med(res["ours"])
+        ratios = {k: [v / d for v, d in zip(res[k], direct)] for k in ("ours", *BASELINES)}
+        ours = med(ratios["ours"])
         self.raw["wall"] = {"direct": direct, **res}
         self.row(
             "wall",
             f"task wall time ({mb:g} MB of output) ÷ same command direct to a file",
-            ours / d,
-            {k: med(res[k]) / d for k in BASELINES},
+            ours,
+            {k: med(ratios[k]) for k in BASELINES},
             "≤ 1.05×",
-            ours / d <= 1.05,
+            ours <= 1.05,
             "×",
-            f"direct {d:.0f} ms (runs from {min(direct):.0f} to {max(direct):.0f} ms); "
-            f"ours {ours:.0f} ms (from {min(res['ours']):.0f} to {max(res['ours']):.0f} ms) "
-            "from run_tool to the task's finished "
-            f"event in Lua (process alone, started_at→ended_at: {med(res['ours_proc']):.0f} ms); "
-            f"jobstart {med(res['jobstart']):.0f} ms, vim.system {med(res['system']):.0f} ms; "
-            f"medians of {reps}",
+            f"median of {reps} rounds' ratios (each round: direct, ours, jobstart, vim.system; "
+            f"ours from run_tool to the task's finished event in Lua); ours ÷ direct per round "
+            f"from {min(ratios['ours']):.2f} to {max(ratios['ours']):.2f}×; "
+            f"median times: direct {med(direct):.0f} ms (from {min(direct):.0f} to "
+            f"{max(direct):.0f}), ours {med(res['ours']):.0f} ms (process alone, "
+            f"started_at→ended_at: {med(res['ours_proc']):.0f} ms), "
+            f"jobstart {med(res['jobstart']):.0f} ms, vim.system {med(res['system']):.0f} ms",
         )
 
     # ------------------------------------------------------------------ 3. warm diag
@@ -672,6 +703,8 @@ def _flood_stats(
         "window_ms": (t1 - t0) * 1000,
         "wall_ms": wall_ms,
         "rss_growth_mb": (max(during or [base]) - base) / 1024,
+        "idle_rtt": idle,
+        "busy_rtt": busy,
     }
     if host:
         h = data["rss"].get(str(host), [])
@@ -682,12 +715,37 @@ def _flood_stats(
     return out
 
 
+def _pool_floods(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One side's floods together: percentiles over every probe of every
+    flood (idle probes with idle ones), the largest memory growth, the median
+    time to finish; `runs` keeps each flood's own figures."""
+    idle = [r for run in runs for r in run.pop("idle_rtt")]
+    busy = [r for run in runs for r in run.pop("busy_rtt")]
+    out: dict[str, Any] = {
+        "idle_p50": med(idle),
+        "idle_p99": pct(idle, 99),
+        "idle_max": max(idle or [0]),
+        "p50": med(busy),
+        "p99": pct(busy, 99),
+        "max": max(busy or [0]),
+        "n": len(busy),
+        "window_ms": sum(run["window_ms"] for run in runs),
+        "wall_ms": med([run["wall_ms"] for run in runs]),
+        "rss_growth_mb": max(run["rss_growth_mb"] for run in runs),
+        "runs": runs,
+    }
+    hosts = [run["host_growth_mb"] for run in runs if "host_growth_mb" in run]
+    if hosts:
+        out["host_growth_mb"] = max(hosts)
+    return out
+
+
 def _trio(d: dict, prefix: str) -> str:
     return f"{d[prefix + 'p50']:.2f} / {d[prefix + 'p99']:.2f} / {d[prefix + 'max']:.2f}"
 
 
-def _fmt_list(values: list[float]) -> str:
-    return ", ".join(f"{v:.1f}" for v in values)
+def _fmt_list(values: Iterable[float], digits: int = 1) -> str:
+    return ", ".join(f"{v:.{digits}f}" for v in values)
 
 
 def _rss_mb(pid: int) -> float:
@@ -792,12 +850,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--period-ms", type=float, default=5.0, help="probe period (default 5)")
     p.add_argument("--idle-s", type=float, default=2.0, help="idle probing before a flood")
+    p.add_argument(
+        "--flood-reps",
+        type=int,
+        default=3,
+        help="floods of ours and of the floor (default 3; percentiles over all their probes)",
+    )
     p.add_argument("--flood-timeout", type=float, default=300.0)
     p.add_argument(
         "--wall-mb", type=float, default=None, help="output of the wall-time task (default: --mb)"
     )
     p.add_argument(
-        "--wall-reps", type=int, default=9, help="timed runs of each side (default 9; medians)"
+        "--wall-reps",
+        type=int,
+        default=15,
+        help="rounds of the four sides (default 15; median of the ratios)",
     )
     p.add_argument("--diag-runs", type=int, default=30)
     p.add_argument("--cold-runs", type=int, default=5)
@@ -821,13 +888,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     a = p.parse_args(argv)
     if a.quick:
-        a.tasks, a.mb, a.idle_s = 2, 1, 0.3
+        a.tasks, a.mb, a.idle_s, a.flood_reps = 2, 1, 0.3, 2
         a.wall_reps, a.diag_runs, a.cold_runs, a.startup_runs = 1, 3, 1, 1
         a.chat_lines, a.chat_calls, a.stored_tasks, a.list_runs = 1000, 20, 200, 2
         a.short_tasks, a.sleep_tasks = 5, 3
     if a.wall_mb is None:
         a.wall_mb = a.mb
     return a
+
+
+def cpu_times() -> list[int] | None:
+    """The machine's CPU time counters (the "cpu" line of /proc/stat), or None."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def steal_share(before: list[int] | None, after: list[int] | None) -> float | None:
+    """Percent of the CPU time between two `cpu_times()` that the hypervisor
+    gave to other guests ("steal", the 8th counter); None where not counted."""
+    if not before or not after or len(before) < 8 or len(after) < 8:
+        return None
+    # guest time (9th, 10th) is already counted in user time
+    total = sum(after[:8]) - sum(before[:8])
+    return 100.0 * (after[7] - before[7]) / total if total > 0 else None
+
+
+def steal_text(whole: float | None, sections: dict[str, float | None]) -> str:
+    if whole is None:
+        return "not counted here"
+    parts = ", ".join(f"{k} {v:.1f}%" for k, v in sections.items() if v is not None)
+    return f"{whole:.1f}% of the CPU time during the run" + (f" ({parts})" if parts else "")
 
 
 def machine() -> dict[str, str]:
@@ -874,12 +967,17 @@ def main(argv: list[str] | None = None) -> int:
     if a.profile_host:
         Path(a.profile_host).mkdir(parents=True, exist_ok=True)
         nvimctl.PROFILE_DIR = str(Path(a.profile_host).resolve())
+    steal: dict[str, float | None] = {}
+    whole = cpu_times()
     with tempfile.TemporaryDirectory(prefix="sidekick-bench-") as d:
         b = Bench(a, Path(d))
         for name in SECTIONS:
             if name in only:
+                before = cpu_times()
                 getattr(b, name)()
+                steal[name] = steal_share(before, cpu_times())
     info = machine()
+    info["steal"] = steal_text(steal_share(whole, cpu_times()), steal)
     info["duration"] = f"{time.monotonic() - started:.0f} s"
     info["args"] = " ".join(sys.argv[1:]) if argv is None else " ".join(argv)
     analysis = Path(__file__).resolve().parent / "ANALYSIS.md"

@@ -64,6 +64,7 @@ def test_quick_bench_writes_every_row(tmp_path: Path) -> None:
         assert name in proc.stdout
     for field in ("CPU", "RAM", "date", "commit"):
         assert f"| {field} |" in md
+    assert "| CPU steal (time the hypervisor gave other guests) | " in md
     rows = json.loads(raw.read_text())["rows"]
     assert len(rows) == len(ROWS)
     assert all(r["target"] for r in rows)
