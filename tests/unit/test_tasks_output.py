@@ -46,6 +46,8 @@ def test_strip_ansi() -> None:
     assert strip_ansi("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\") == "link"
     assert strip_ansi("a\x1b[2Kb\x1b[?25lc\x1bMd") == "abcd"
     assert strip_ansi("no escapes [1m here") == "no escapes [1m here"
+    # the 8-bit CSI alone (no ESC anywhere) is stripped too
+    assert strip_ansi("a\x9b31mb\x9b0m") == "ab"
 
 
 def test_summary_result_marker_wins() -> None:
@@ -61,6 +63,12 @@ def test_summary_result_marker_wins() -> None:
         "tail\n"
     )
     assert summary_of(text) == "final answer\nline two\n> another prompt\ntail"
+
+
+def test_summary_result_only_at_line_start() -> None:
+    # "[RESULT]" inside a line is text, not a marker: the summary is the tail
+    assert summary_of("x [RESULT] not one\ny\n") == "x [RESULT] not one\ny"
+    assert summary_of("a\n\t[RESULT] yes\nb\n") == "yes\nb"
 
 
 def test_summary_prompt_fallback() -> None:
