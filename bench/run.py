@@ -107,7 +107,8 @@ class Bench:
     # ------------------------------------------------------------------ 1. flood
     def _flood_once(self, kind: str, n: int, cmd: str) -> dict[str, Any]:
         """One flood of `n` tasks by `kind`, probed from before it starts until
-        after it ends; returns its figures and the prober's samples."""
+        after it ends; returns its figures (`_flood_stats`), with the round-trips
+        over time under "series" for the plot."""
         ed = Editor(self.tmp)
         try:
             ed.setup(tasks={"max_concurrent": max(5, n)})
