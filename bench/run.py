@@ -694,13 +694,7 @@ def _flood_stats(
     during = [v for t, v in rss if t >= t0]
     base = before[-1] if before else (rss[0][1] if rss else 0)
     out = {
-        "idle_p50": med(idle),
-        "idle_p99": pct(idle, 99),
-        "idle_max": max(idle or [0]),
-        "p50": med(busy),
-        "p99": pct(busy, 99),
-        "max": max(busy or [0]),
-        "n": len(busy),
+        **_rtt_figures(idle, busy),
         "window_ms": (t1 - t0) * 1000,
         "wall_ms": wall_ms,
         "rss_growth_mb": (max(during or [base]) - base) / 1024,
@@ -716,13 +710,9 @@ def _flood_stats(
     return out
 
 
-def _pool_floods(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One side's floods together: percentiles over every probe of every
-    flood (idle probes with idle ones), the largest memory growth, the median
-    time to finish; `runs` keeps each flood's own figures."""
-    idle = [r for run in runs for r in run.pop("idle_rtt")]
-    busy = [r for run in runs for r in run.pop("busy_rtt")]
-    out: dict[str, Any] = {
+def _rtt_figures(idle: list[float], busy: list[float]) -> dict[str, Any]:
+    """p50, p99 and max of the round-trips at idle and during a flood."""
+    return {
         "idle_p50": med(idle),
         "idle_p99": pct(idle, 99),
         "idle_max": max(idle or [0]),
@@ -730,6 +720,17 @@ def _pool_floods(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "p99": pct(busy, 99),
         "max": max(busy or [0]),
         "n": len(busy),
+    }
+
+
+def _pool_floods(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One side's floods together: percentiles over every probe of every
+    flood (idle probes with idle ones), the largest memory growth, the median
+    time to finish; `runs` keeps each flood's own figures."""
+    idle = [r for run in runs for r in run.pop("idle_rtt")]
+    busy = [r for run in runs for r in run.pop("busy_rtt")]
+    out: dict[str, Any] = {
+        **_rtt_figures(idle, busy),
         "window_ms": sum(run["window_ms"] for run in runs),
         "wall_ms": med([run["wall_ms"] for run in runs]),
         "rss_growth_mb": max(run["rss_growth_mb"] for run in runs),
