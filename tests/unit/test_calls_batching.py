@@ -91,3 +91,34 @@ async def test_without_a_gap_each_turn_writes_what_it_has(monkeypatch):
     assert len(port.applied) > 2  # the same arrivals, more edits: the gap is what batches
     chat = parse(port.mirrors[BUF].lines)
     assert [c.result.body for c in chat.calls] == [f"out {i}" for i in range(N)]
+
+
+async def test_a_gated_call_shows_running_and_starts_when_the_gate_opens(monkeypatch):
+    """The host answers :SidekickRunTool (with the running state) before the
+    call's tool starts: the first call waits on a gate the host opens once the
+    reply is sent."""
+    port = Port(chat_lines(1))
+    runner = CallRunner(port, Tasks(), Config())
+    started: list[dict[str, Any]] = []
+
+    class Tool:
+        async def run(self, params: dict[str, Any], ctx: Any) -> ToolResult:
+            started.append(params)
+            return ToolResult.ok("done")
+
+    monkeypatch.setattr(calls.tools, "get_tool", lambda name: Tool())
+    mirror = port.mirrors[BUF]
+    call = mirror.chat().calls[0]
+    tracked = Tracked(BUF, 0, "c0", "run_terminal_command", "chat.sidekick.md")
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    run = asyncio.ensure_future(
+        runner._run_call(tracked, "/", explicit=False, found=(mirror, call), gate=gate)
+    )
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert [e["state"] for e in port.events if e["type"] == "call"] == ["running"]
+    assert started == [] and not run.done()
+    gate.set_result(None)
+    result = await run
+    assert started == [{"command": "true"}]
+    assert result.body == "done"

@@ -101,7 +101,9 @@ class CallRunner:
         port.on_buffer_change = self.schedule_scan
 
     # -- entry points (called by host.py) ----------------------------------------
-    async def run_tool(self, buf: int, row: int, cwd: str) -> dict[str, Any]:
+    async def run_tool(
+        self, buf: int, row: int, cwd: str, gate: asyncio.Future[None] | None = None
+    ) -> dict[str, Any]:
         mirror = await self._mirror(buf)
         chat = mirror.chat()
         call = chat.call_at(row)
@@ -121,10 +123,12 @@ class CallRunner:
         current = mirror.chat().call_at(call.start_row)
         same = current is not None and current.start_row == call.start_row
         found = (mirror, current) if same and current.call_id == tracked.call_id else None
-        self._spawn(self._chain(tracked, cwd, chain=True, found=found))
+        self._spawn(self._chain(tracked, cwd, chain=True, found=found, gate=gate))
         return {"id": tracked.call_id, "tool": tracked.tool}
 
-    async def run_tools(self, buf: int, cwd: str) -> dict[str, Any]:
+    async def run_tools(
+        self, buf: int, cwd: str, gate: asyncio.Future[None] | None = None
+    ) -> dict[str, Any]:
         mirror = await self._mirror(buf)
         chat = mirror.chat()
         message = chat.last_assistant()
@@ -138,7 +142,7 @@ class CallRunner:
             if tracked is not None:
                 ids.append(tracked.call_id)
                 first = first or tracked
-        self._spawn(self._run_ids(buf, ids, cwd))
+        self._spawn(self._run_ids(buf, ids, cwd, gate))
         return {"count": len(ids), "ids": ids}
 
     async def chat_opened(self, buf: int) -> None:
@@ -193,7 +197,9 @@ class CallRunner:
         task.add_done_callback(self._bg.discard)
         task.add_done_callback(_log_failure)
 
-    async def _run_ids(self, buf: int, ids: list[str], cwd: str) -> None:
+    async def _run_ids(
+        self, buf: int, ids: list[str], cwd: str, gate: asyncio.Future[None] | None = None
+    ) -> None:
         """Run the calls one after the other; their results are written as they
         come, several at once when they come together."""
         deliveries = []
@@ -204,20 +210,28 @@ class CallRunner:
             call = snapshot.call_by_id(call_id)
             if tracked is None or call is None:
                 continue
-            result = await self._run_call(tracked, cwd, explicit=True, found=(mirror, call))
+            result = await self._run_call(
+                tracked, cwd, explicit=True, found=(mirror, call), gate=gate
+            )
+            gate = None
             if result is not None:
                 deliveries.append(asyncio.ensure_future(self._deliver(tracked, result)))
         if deliveries:
             await asyncio.gather(*deliveries)
 
     async def _chain(
-        self, first: Tracked, cwd: str, chain: bool, found: tuple[Any, ToolCall] | None = None
+        self,
+        first: Tracked,
+        cwd: str,
+        chain: bool,
+        found: tuple[Any, ToolCall] | None = None,
+        gate: asyncio.Future[None] | None = None,
     ) -> None:
         current: Tracked | None = first
         explicit = True
         while current is not None:
-            await self._execute(current, cwd, explicit=explicit, found=found)
-            explicit, found = False, None
+            await self._execute(current, cwd, explicit=explicit, found=found, gate=gate)
+            explicit, found, gate = False, None, None
             current = await self._next_auto(current, cwd) if chain else None
 
     async def _next_auto(self, previous: Tracked, cwd: str) -> Tracked | None:
@@ -253,8 +267,9 @@ class CallRunner:
         cwd: str,
         explicit: bool,
         found: tuple[Any, ToolCall] | None = None,
+        gate: asyncio.Future[None] | None = None,
     ) -> None:
-        result = await self._run_call(tracked, cwd, explicit, found)
+        result = await self._run_call(tracked, cwd, explicit, found, gate)
         if result is not None:
             await self._deliver(tracked, result)
 
@@ -264,9 +279,11 @@ class CallRunner:
         cwd: str,
         explicit: bool,
         found: tuple[Any, ToolCall] | None = None,
+        gate: asyncio.Future[None] | None = None,
     ) -> ToolResult | None:
         """Check, ask, run. The result to write, or None when nothing can be written.
-        `found`: the call as already read, else it is looked up by its mark."""
+        `found`: the call as already read, else it is looked up by its mark.
+        `gate`: the call starts working once it is done (see Host._run_request)."""
         found = found or await self._find(tracked)
         if found is None:
             return None
@@ -286,7 +303,10 @@ class CallRunner:
                 return _denied("denied by the auto-accept policy")
         tool = tools.get_tool(call.tool)
         self._emit_state(tracked, "running", started_at=time.time())
-        await asyncio.sleep(0)  # let the running state reach Neovim before the fork
+        # The running state reaches Neovim before the tool starts: with the
+        # reply of the request that started the call (the gate opens once that
+        # is sent), else on its own.
+        await (gate if gate is not None else asyncio.sleep(0))
         started = time.monotonic()
         try:
             result = await tool.run(call.params or {}, ctx)

@@ -145,11 +145,26 @@ class Host:
 
     def rpc_run_tool(self, buf: int, row: int, cwd: str | None = None) -> Any:
         cwd = str(cwd) if cwd else self._cwd()
-        return self.port.block_on(self._with_events(self.calls.run_tool(int(buf), int(row), cwd)))
+        return self._run_request(lambda gate: self.calls.run_tool(int(buf), int(row), cwd, gate))
 
     def rpc_run_tools(self, buf: int, cwd: str | None = None) -> Any:
         cwd = str(cwd) if cwd else self._cwd()
-        return self.port.block_on(self._with_events(self.calls.run_tools(int(buf), cwd)))
+        return self._run_request(lambda gate: self.calls.run_tools(int(buf), cwd, gate))
+
+    def _run_request(self, start: Callable[[asyncio.Future[None]], Any]) -> Any:
+        """Answer a run request before its first call starts working.
+
+        The first call waits on `gate`, which opens once this handler has
+        returned, i.e. once pynvim has sent the reply (callbacks scheduled now
+        run after that). Without it the chain went on to spawn the task first,
+        and the reply with the call's running state reached Neovim 1-2 ms
+        later, while the task's first processes were starting."""
+        loop = self.port.loop
+        gate: asyncio.Future[None] = loop.create_future()
+        try:
+            return self.port.block_on(self._with_events(start(gate)))
+        finally:
+            loop.call_soon(_open_gate, gate)
 
     async def _with_events(self, started: Any) -> dict[str, Any]:
         """The reply to a run request, with the events the calls it started have
@@ -271,6 +286,11 @@ class Host:
 
 def _status(task: Any) -> str:
     return str(getattr(task.status, "value", task.status))
+
+
+def _open_gate(gate: asyncio.Future[None]) -> None:
+    if not gate.done():
+        gate.set_result(None)
 
 
 def _log_failure(fut: asyncio.Future[Any]) -> None:
