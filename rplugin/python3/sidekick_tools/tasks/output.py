@@ -122,14 +122,31 @@ def summary_of(text: str, max_lines: int = SUMMARY_LINES, max_bytes: int = SUMMA
     `max_lines` lines, at most `max_bytes` bytes).
     """
     text = clean(text)
+    found = _from_last_result(text)
+    if found is not None:
+        return found
+    return _prompt_or_tail(text, max_lines, max_bytes)
+
+
+def _from_last_result(text: str) -> str | None:
+    """Cleaned `text` from its last `[RESULT]` marker line on (the marker
+    removed), or None when it has no such line."""
+    if "[RESULT]" not in text:  # a marker line holds it literally: no need to match each line
+        return None
     lines = text.split("\n")
-    if "[RESULT]" in text:  # a marker line holds it literally: no need to match each line
-        for i in range(len(lines) - 1, -1, -1):
-            m = _MARKER_RE.match(lines[i])
-            if m is not None and m.group(1) == "RESULT":
-                first = m.group(3).strip()
-                body = ([first] if first else []) + lines[i + 1 :]
-                return "\n".join(body).strip("\n").rstrip()
+    for i in range(len(lines) - 1, -1, -1):
+        m = _MARKER_RE.match(lines[i])
+        if m is not None and m.group(1) == "RESULT":
+            first = m.group(3).strip()
+            body = ([first] if first else []) + lines[i + 1 :]
+            return "\n".join(body).strip("\n").rstrip()
+    return None
+
+
+def _prompt_or_tail(text: str, max_lines: int, max_bytes: int) -> str:
+    """Summary of cleaned `text` without a `[RESULT]`: what follows the last
+    prompt line (`> `) if non-empty, else the tail."""
+    lines = text.split("\n")
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].startswith("> "):
             after = "\n".join(lines[i + 1 :]).strip("\n").rstrip()
@@ -494,14 +511,13 @@ def summarize_tail(
     if len(data) < size and "\n" in text:  # cut: drop the partial first line
         text = text.split("\n", 1)[1]
     cleaned = clean(text)
-    has_result = "[RESULT]" in cleaned and any(
-        (m := _MARKER_RE.match(line)) is not None and m.group(1) == "RESULT"
-        for line in cleaned.split("\n")
-    )
-    if not has_result and follower is not None and follower.result_offset is not None:
+    found = _from_last_result(cleaned)
+    if found is not None:
+        return found
+    if follower is not None and follower.result_offset is not None:
         known = decode(_read_range(path, follower.result_offset, window))
         return summary_of(known, max_lines=max_lines, max_bytes=tail_bytes_)
-    return summary_of(text, max_lines=max_lines, max_bytes=tail_bytes_)
+    return _prompt_or_tail(cleaned, max_lines, tail_bytes_)
 
 
 def _size(path: str) -> int:
