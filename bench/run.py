@@ -62,6 +62,57 @@ def med(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _stamps(path: Path) -> list[tuple[float, float]]:
+    """(start, end) epoch seconds that the wall-time script appended to `path`."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    pairs = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                pairs.append((float(parts[0]), float(parts[1])))
+            except ValueError:
+                continue
+    return pairs
+
+
+def _wall_split(
+    inner: dict[str, list[tuple[float, float]]],
+    direct_t0: list[float],
+    direct_ms: list[float],
+    ours_t0: list[float],
+    ours_t1: list[float],
+) -> dict[str, Any] | None:
+    """Split the wall-time runs into start-up, the command's own run and the
+    report of its end, from the stamps the command wrote; None when a side's
+    stamps are missing (no bash with $EPOCHREALTIME, or a lost line)."""
+    n = len(direct_ms)
+    if not n or any(len(inner.get(k, [])) != n for k in ("direct", "ours", "editor")):
+        return None
+    d, o, e = inner["direct"], inner["ours"], inner["editor"]
+    if any(not (s < t) for s, t in (*d, *o, *e)):
+        return None  # no $EPOCHREALTIME: the stamps are empty strings or equal
+    d_run = [t - s for s, t in d]
+    ours_inner = [(t - s) / r for (s, t), r in zip(o, d_run)]
+    editor_inner = [(t - s) / r for (s, t), r in zip(e, d_run)]
+    return {
+        "n": n,
+        "direct_start": med([(s - t0) * 1000 for (s, _), t0 in zip(d, direct_t0)]),
+        "direct_end": med(
+            [(t0 + ms / 1000 - t) * 1000 for (_, t), t0, ms in zip(d, direct_t0, direct_ms)]
+        ),
+        "ours_start": med([(s - t0) * 1000 for (s, _), t0 in zip(o, ours_t0)]),
+        "ours_end": med([(t1 - t) * 1000 for (_, t), t1 in zip(o, ours_t1)]),
+        "ours_inner": med(ours_inner),
+        "editor_inner": med(editor_inner),
+        "ours_slow": sum(r > 1.03 for r in ours_inner),
+        "editor_slow": sum(r > 1.03 for r in editor_inner),
+    }
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace, tmp: Path) -> None:
         self.a = args
@@ -256,10 +307,29 @@ class Bench:
     # ------------------------------------------------------------------ 2. wall time
     def wall(self) -> None:
         mb = self.a.wall_mb
-        cmd = flood_command(mb)
         reps = self.a.wall_reps
         self.log(f"wall time: {mb:g} MB, {reps} rounds")
-        direct = []
+        # Every side runs the same script: the flood command between two
+        # wall-clock stamps that the script appends to its side's file, so
+        # each run's time splits into start-up, the command itself, and the
+        # report of its end.
+        stamps = self.tmp / "stamps"
+        stamps.mkdir()
+        script = self.tmp / "wall.sh"
+        script.write_text(
+            "s=$EPOCHREALTIME\n"
+            f"{flood_command(mb)}\n"
+            'printf \'%s %s\\n\' "$s" "$EPOCHREALTIME" >>"$1"\n'
+        )
+
+        # without bash (no $EPOCHREALTIME) the stamps stay empty: no split
+        shell = "bash" if shutil.which("bash") else "sh"
+
+        def cmd(side: str) -> str:
+            return f"{shell} {script} {stamps / side}"
+
+        direct: list[float] = []
+        direct_t0: list[float] = []
         # Each direct run's output file is kept until the end, like a task's
         # log: both sides leave the same amount of data to be written back.
         # Every timed run starts after a sync(): otherwise the kernel writes
@@ -270,18 +340,26 @@ class Bench:
 
         def run_direct() -> None:
             os.sync()
+            direct_t0.append(time.time())
             t0 = time.perf_counter()
             with open(outs / f"{len(direct)}.out", "wb") as f:
-                subprocess.run(["/bin/sh", "-c", cmd], stdout=f, check=True)
+                subprocess.run(["/bin/sh", "-c", cmd("direct")], stdout=f, check=True)
             direct.append((time.perf_counter() - t0) * 1000)
 
-        res: dict[str, list[float]] = {"ours": [], "ours_proc": [], "jobstart": [], "system": []}
+        sides = ("ours", "editor", *BASELINES)
+        res: dict[str, list[float]] = {k: [] for k in (*sides, "ours_proc")}
+        ours_t0: list[float] = []  # epoch seconds of :SidekickRunTool
+        ours_t1: list[float] = []  # epoch seconds of the finished event in Lua
+        # The baselines run in an editor of their own: their output grows it
+        # by hundreds of MB, and in a big editor every fork (the control's
+        # vim.uv.spawn) takes tens of ms longer.
         ed = Editor(self.tmp)
+        bed = Editor(self.tmp)
         try:
             ed.setup()
-            ed.open_chat(chats.one_call_per_message(reps, cmd))
+            ed.open_chat(chats.one_call_per_message(reps, cmd("ours")))
             ed.start_host()
-            # Each round runs the four sides one after the other, so that each
+            # Each round runs every side one after the other, so that each
             # side's run can be set against the direct run of its own round:
             # the machine drifts (other tenants of the host) more from one
             # round to the next than within one.
@@ -297,6 +375,9 @@ class Bench:
                 wait_until(lambda: ed.state()["done"] >= 1, 120, END_POLL, "task end")
                 st = ed.state()
                 res["ours"].append((st["t_done"] - st["t0"]) / 1e6)
+                epoch, hr = ed.bench("clocks")
+                ours_t0.append(epoch - (hr - st["t0"]) / 1e9)
+                ours_t1.append(epoch - (hr - st["t_done"]) / 1e9)
                 task = ed.lua(
                     "local t = require('sidekick_tools').list_tasks({limit=1})[1]\n"
                     "return {t.started_at, t.ended_at}"
@@ -304,19 +385,52 @@ class Bench:
                 res["ours_proc"].append((task[1] - task[0]) * 1000)
                 # the exact line count of the log is read after "finished"
                 time.sleep(0.3)
+                os.sync()
+                ed.bench("spawn_to_file", cmd("editor"), str(outs / f"e{i}.out"))
+                wait_until(lambda: ed.state()["done"] >= 1, 120, END_POLL, "editor end")
+                st = ed.state()
+                res["editor"].append((st["t_done"] - st["t0"]) / 1e6)
                 for kind in BASELINES:
                     os.sync()
-                    ed.bench("spawn", kind, cmd, 1)
-                    wait_until(lambda: ed.state()["done"] >= 1, 120, END_POLL, "baseline end")
-                    st = ed.state()
+                    bed.bench("spawn", kind, cmd(kind), 1)
+                    wait_until(lambda: bed.state()["done"] >= 1, 120, END_POLL, "baseline end")
+                    st = bed.state()
                     res[kind].append((st["t_done"] - st["t0"]) / 1e6)
-                    ed.bench("stop_all", kind)
+                    bed.bench("stop_all", kind)
         finally:
             ed.close()
+            bed.close()
             shutil.rmtree(outs, ignore_errors=True)
-        ratios = {k: [v / d for v, d in zip(res[k], direct)] for k in ("ours", *BASELINES)}
+        ratios = {k: [v / d for v, d in zip(res[k], direct)] for k in sides}
         ours = med(ratios["ours"])
-        self.raw["wall"] = {"direct": direct, **res}
+        inner = {k: _stamps(stamps / k) for k in ("direct", "ours", "editor")}
+        self.raw["wall"] = {"direct": direct, **res, "stamps": inner}
+        note = (
+            f"median of {reps} rounds' ratios (each round: direct, ours, the editor's own "
+            f"spawn to a file, jobstart, vim.system, the baselines in a second editor; ours "
+            f"from run_tool to the task's finished event in Lua); ours ÷ direct per round "
+            f"from {min(ratios['ours']):.2f} to {max(ratios['ours']):.2f}×; median times: "
+            f"direct {med(direct):.0f} ms (from {min(direct):.0f} to {max(direct):.0f}), "
+            f"ours {med(res['ours']):.0f} ms (process alone, started_at→ended_at: "
+            f"{med(res['ours_proc']):.0f} ms), jobstart "
+            f"{med(res['jobstart']):.0f} ms, vim.system {med(res['system']):.0f} ms. "
+            f"Control: the same script started by Neovim itself (`vim.uv.spawn`, stdout on a "
+            f"file, no output through the editor, nothing else running in it) took "
+            f"{med(ratios['editor']):.2f}× the direct run"
+        )
+        split = _wall_split(inner, direct_t0, direct, ours_t0, ours_t1)
+        if split:
+            self.raw["wall"]["split"] = split
+            note += (
+                f". Where ours differs, from the stamps the script writes (medians): the "
+                f"command began {split['ours_start']:.1f} ms after :SidekickRunTool (direct: "
+                f"{split['direct_start']:.1f} ms after the bench's spawn), ran "
+                f"{split['ours_inner']:.3f}× as long as in the direct run of its round (the "
+                f"editor's spawn: {split['editor_inner']:.3f}×; {split['ours_slow']} of "
+                f"{split['n']} runs of ours and {split['editor_slow']} of the editor's over "
+                f"1.03×), and its end reached Lua {split['ours_end']:.1f} ms after it "
+                f"(direct: the bench saw it {split['direct_end']:.1f} ms after)"
+            )
         self.row(
             "wall",
             f"task wall time ({mb:g} MB of output) ÷ same command direct to a file",
@@ -325,13 +439,7 @@ class Bench:
             "≤ 1.05×",
             ours <= 1.05,
             "×",
-            f"median of {reps} rounds' ratios (each round: direct, ours, jobstart, vim.system; "
-            f"ours from run_tool to the task's finished event in Lua); ours ÷ direct per round "
-            f"from {min(ratios['ours']):.2f} to {max(ratios['ours']):.2f}×; "
-            f"median times: direct {med(direct):.0f} ms (from {min(direct):.0f} to "
-            f"{max(direct):.0f}), ours {med(res['ours']):.0f} ms (process alone, "
-            f"started_at→ended_at: {med(res['ours_proc']):.0f} ms), "
-            f"jobstart {med(res['jobstart']):.0f} ms, vim.system {med(res['system']):.0f} ms",
+            note,
         )
 
     # ------------------------------------------------------------------ 3. warm diag
@@ -866,7 +974,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--wall-reps",
         type=int,
         default=15,
-        help="rounds of the four sides (default 15; median of the ratios)",
+        help="rounds of the five sides (default 15; median of the ratios)",
     )
     p.add_argument("--diag-runs", type=int, default=30)
     p.add_argument("--cold-runs", type=int, default=5)

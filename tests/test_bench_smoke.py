@@ -6,6 +6,7 @@ No timing is asserted here: benchmarks are measured by `make bench`, never by te
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,9 +66,16 @@ def test_quick_bench_writes_every_row(tmp_path: Path) -> None:
     for field in ("CPU", "RAM", "date", "commit"):
         assert f"| {field} |" in md
     assert "| CPU steal (time the hypervisor gave other guests) | " in md
-    rows = json.loads(raw.read_text())["rows"]
+    data = json.loads(raw.read_text())
+    rows = data["rows"]
     assert len(rows) == len(ROWS)
     assert all(r["target"] for r in rows)
+    # the wall-time runs are split by the stamps their command writes
+    wall = data["raw"]["wall"]
+    assert len(wall["stamps"]["ours"]) == len(wall["direct"]) == len(wall["editor"])
+    if shutil.which("bash"):
+        assert wall["split"]["n"] == len(wall["direct"])
+        assert wall["split"]["ours_start"] > 0
     try:
         import matplotlib  # noqa: F401
     except ImportError:

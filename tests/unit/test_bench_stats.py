@@ -1,4 +1,5 @@
-"""The bench's own arithmetic: pooled flood percentiles and CPU steal shares.
+"""The bench's own arithmetic: pooled flood percentiles, CPU steal shares and the
+split of the wall-time runs.
 
 These decide what docs/benchmarks.md says, so they are tested like the plugin's
 logic. No timing is measured here.
@@ -74,3 +75,49 @@ def test_cpu_times_reads_this_machine() -> None:
         return
     assert times is not None and len(times) >= 8
     assert all(isinstance(x, int) and x >= 0 for x in times)
+
+
+def test_stamps_reads_pairs_and_skips_what_is_not_one(tmp_path: Path) -> None:
+    f = tmp_path / "ours"
+    f.write_text("100.5 100.8\n \nnot a stamp\n101.0 101.25\n")
+    assert run._stamps(f) == [(100.5, 100.8), (101.0, 101.25)]
+    assert run._stamps(tmp_path / "missing") == []
+
+
+def test_wall_split_separates_start_run_and_end() -> None:
+    # Two rounds. Direct: spawned at 10.0 / 20.0, its command ran from 2 ms to
+    # 302 ms after that, the bench saw the end 1 ms later (303 ms in all).
+    # Ours: :SidekickRunTool at 30.0 / 40.0, the command began 6 ms later, ran
+    # 4% / 1% longer than the direct run of its round, and Lua got the end
+    # 2 ms after the command's last stamp.
+    direct = [(10.002, 10.302), (20.002, 20.302)]
+    ours = [(30.006, 30.006 + 0.312), (40.006, 40.006 + 0.303)]
+    editor = [(50.003, 50.003 + 0.300), (60.003, 60.003 + 0.3105)]
+    split = run._wall_split(
+        {"direct": direct, "ours": ours, "editor": editor},
+        [10.0, 20.0],
+        [303.0, 303.0],
+        [30.0, 40.0],
+        [30.006 + 0.312 + 0.002, 40.006 + 0.303 + 0.002],
+    )
+    assert split is not None
+    assert split["n"] == 2
+    assert abs(split["direct_start"] - 2.0) < 1e-6
+    assert abs(split["direct_end"] - 1.0) < 1e-6
+    assert abs(split["ours_start"] - 6.0) < 1e-6
+    assert abs(split["ours_end"] - 2.0) < 1e-6
+    assert abs(split["ours_inner"] - 1.025) < 1e-9  # median of 1.04 and 1.01
+    assert abs(split["editor_inner"] - 1.0175) < 1e-9
+    assert split["ours_slow"] == 1  # 1.04; 1.01 is not
+    assert split["editor_slow"] == 1  # 1.035
+
+
+def test_wall_split_needs_every_stamp() -> None:
+    one = [(1.0, 1.3)]
+    full = {"direct": one, "ours": one, "editor": one}
+    assert run._wall_split(full, [0.9], [400.0], [0.9], [1.4]) is not None
+    # a side lost a line: the rounds no longer pair up
+    assert run._wall_split({**full, "ours": []}, [0.9], [400.0], [0.9], [1.4]) is None
+    # without $EPOCHREALTIME both stamps of a line are equal (or empty)
+    flat = {"direct": [(0.0, 0.0)], "ours": one, "editor": one}
+    assert run._wall_split(flat, [0.9], [400.0], [0.9], [1.4]) is None
