@@ -62,6 +62,33 @@ def med(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _cpu_ticks(pid: int) -> int:
+    """CPU time (user + system, clock ticks) `pid` has used; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def wait_quiet(pids: list[int], quiet: float = 0.1, limit: float = 5.0) -> float:
+    """Wait until none of `pids` has used CPU for `quiet` seconds (at most
+    `limit` seconds); returns how long that took: what one side's run leaves
+    behind must not land in the next side's run."""
+    t0 = time.monotonic()
+    last = [_cpu_ticks(p) for p in pids]
+    since = t0
+    while time.monotonic() - t0 < limit:
+        time.sleep(0.02)
+        now = [_cpu_ticks(p) for p in pids]
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            break
+    return time.monotonic() - t0
+
+
 def _stamps(path: Path) -> list[tuple[float, float]]:
     """(start, end) epoch seconds that the wall-time script appended to `path`."""
     try:
@@ -348,6 +375,7 @@ class Bench:
 
         sides = ("ours", "editor", *BASELINES)
         res: dict[str, list[float]] = {k: [] for k in (*sides, "ours_proc")}
+        quiet_s: list[float] = []  # how long each round waited for the editors to idle
         ours_t0: list[float] = []  # epoch seconds of :SidekickRunTool
         ours_t1: list[float] = []  # epoch seconds of the finished event in Lua
         # The baselines run in an editor of their own: their output grows it
@@ -397,6 +425,7 @@ class Bench:
                     st = bed.state()
                     res[kind].append((st["t_done"] - st["t0"]) / 1e6)
                     bed.bench("stop_all", kind)
+                quiet_s.append(wait_quiet([bed.pid, ed.pid, *ed.host_pids]))
         finally:
             ed.close()
             bed.close()
@@ -404,7 +433,7 @@ class Bench:
         ratios = {k: [v / d for v, d in zip(res[k], direct)] for k in sides}
         ours = med(ratios["ours"])
         inner = {k: _stamps(stamps / k) for k in ("direct", "ours", "editor")}
-        self.raw["wall"] = {"direct": direct, **res, "stamps": inner}
+        self.raw["wall"] = {"direct": direct, **res, "stamps": inner, "quiet_s": quiet_s}
         note = (
             f"median of {reps} rounds' ratios (each round: direct, ours, the editor's own "
             f"spawn to a file, jobstart, vim.system, the baselines in a second editor; ours "
@@ -413,7 +442,9 @@ class Bench:
             f"direct {med(direct):.0f} ms (from {min(direct):.0f} to {max(direct):.0f}), "
             f"ours {med(res['ours']):.0f} ms (process alone, started_at→ended_at: "
             f"{med(res['ours_proc']):.0f} ms), jobstart "
-            f"{med(res['jobstart']):.0f} ms, vim.system {med(res['system']):.0f} ms. "
+            f"{med(res['jobstart']):.0f} ms, vim.system {med(res['system']):.0f} ms; each "
+            f"round ended once the editors and the host had not used the CPU for 0.1 s "
+            f"(up to {max(quiet_s, default=0):.1f} s). "
             f"Control: the same script started by Neovim itself (`vim.uv.spawn`, stdout on a "
             f"file, no output through the editor, nothing else running in it) took "
             f"{med(ratios['editor']):.2f}× the direct run"
