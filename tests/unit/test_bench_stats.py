@@ -121,3 +121,21 @@ def test_wall_split_needs_every_stamp() -> None:
     # without $EPOCHREALTIME both stamps of a line are equal (or empty)
     flat = {"direct": [(0.0, 0.0)], "ours": one, "editor": one}
     assert run._wall_split(flat, [0.9], [400.0], [0.9], [1.4]) is None
+
+
+def test_wait_quiet_returns_once_nothing_runs_and_waits_out_a_busy_process() -> None:
+    import subprocess
+
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        # a sleeping process is quiet: the wait ends before its limit
+        assert run.wait_quiet([idle.pid], quiet=0.05, limit=20.0) < 20.0
+        # a spinning one never is: the wait lasts its whole limit
+        assert run.wait_quiet([busy.pid], quiet=0.05, limit=0.5) >= 0.5
+    finally:
+        for p in (idle, busy):
+            p.kill()
+            p.wait()
+    # a process that is gone uses no CPU
+    assert run._cpu_ticks(busy.pid) == 0
