@@ -152,6 +152,11 @@ class Editor:
     def state(self) -> dict[str, Any]:
         return self.lua("return require('sidekick_bench').state")
 
+    def wait_done(self, n: int, timeout: float, what: str, poll: float) -> dict[str, Any]:
+        """Wait until `n` runs counted in the bench state have ended; that state."""
+        wait_until(lambda: self.state()["done"] >= n, timeout, poll, what)
+        return self.state()
+
     def notes(self) -> list[str]:
         return self.lua("return _G.__bench_notes or {}")
 
@@ -172,12 +177,19 @@ class Editor:
         kill_task_groups(self.state_dir)
 
 
-def _alive(pid: int) -> bool:
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or
+    None when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+            return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return False
+        return None
+
+
+def _alive(pid: int) -> bool:
+    fields = proc_stat(pid)
+    return bool(fields) and fields[0] not in ("Z", "X")
 
 
 def kill_task_groups(state_dir: Path) -> None:

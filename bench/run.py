@@ -33,7 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rplugin" / "python
 import chats  # noqa: E402
 import nvimctl  # noqa: E402
 import report  # noqa: E402
-from nvimctl import ROOT, Editor, base_env, nvim_binary, run_quiet, wait_until  # noqa: E402
+from nvimctl import (  # noqa: E402
+    ROOT,
+    Editor,
+    base_env,
+    nvim_binary,
+    proc_stat,
+    run_quiet,
+    wait_until,
+)
 
 BASELINES = ("jobstart", "system")
 
@@ -64,12 +72,13 @@ def med(values: list[float]) -> float:
 
 def _cpu_ticks(pid: int) -> int:
     """CPU time (user + system, clock ticks) `pid` has used; 0 once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0
-    return int(fields[11]) + int(fields[12])
+    fields = proc_stat(pid)
+    return int(fields[11]) + int(fields[12]) if fields else 0
+
+
+def since_t0(st: dict[str, Any], key: str = "t_done") -> float:
+    """ms from the bench state's start to its stamp `key` (both uv.hrtime())."""
+    return (st[key] - st["t0"]) / 1e6
 
 
 def wait_quiet(pids: list[int], quiet: float = 0.1, limit: float = 5.0) -> float:
@@ -226,7 +235,7 @@ class Bench:
                 )
                 t_end = time.monotonic()
                 st = ed.state()
-                wall_ms = (st["t_done"] - st["t0"]) / 1e6
+                wall_ms = since_t0(st)
                 if kind in BASELINES:
                     ed.bench("stop_all", kind)
             time.sleep(0.5)
@@ -400,9 +409,8 @@ class Bench:
                     "require('sidekick_bench').track_plugin(1)\n"
                     "require('sidekick_tools').run_tool()"
                 )
-                wait_until(lambda: ed.state()["done"] >= 1, 120, END_POLL, "task end")
-                st = ed.state()
-                res["ours"].append((st["t_done"] - st["t0"]) / 1e6)
+                st = ed.wait_done(1, 120, "task end", END_POLL)
+                res["ours"].append(since_t0(st))
                 epoch, hr = ed.bench("clocks")
                 ours_t0.append(epoch - (hr - st["t0"]) / 1e9)
                 ours_t1.append(epoch - (hr - st["t_done"]) / 1e9)
@@ -415,15 +423,11 @@ class Bench:
                 time.sleep(0.3)
                 os.sync()
                 ed.bench("spawn_to_file", cmd("editor"), str(outs / f"e{i}.out"))
-                wait_until(lambda: ed.state()["done"] >= 1, 120, END_POLL, "editor end")
-                st = ed.state()
-                res["editor"].append((st["t_done"] - st["t0"]) / 1e6)
+                res["editor"].append(since_t0(ed.wait_done(1, 120, "editor end", END_POLL)))
                 for kind in BASELINES:
                     os.sync()
                     bed.bench("spawn", kind, cmd(kind), 1)
-                    wait_until(lambda: bed.state()["done"] >= 1, 120, END_POLL, "baseline end")
-                    st = bed.state()
-                    res[kind].append((st["t_done"] - st["t0"]) / 1e6)
+                    res[kind].append(since_t0(bed.wait_done(1, 120, "baseline end", END_POLL)))
                     bed.bench("stop_all", kind)
                 quiet_s.append(wait_quiet([bed.pid, ed.pid, *ed.host_pids]))
         finally:
@@ -712,14 +716,12 @@ class Bench:
             ed.bench("plugin_run_tools", n)
             wait_until(lambda: ed.state()["written"] >= n, 120, END_POLL, "short tasks")
             st = ed.state()
-            res["ours"] = (st["t_written"] - st["t0"]) / 1e6
-            res["ours_finished"] = (st["t_done"] - st["t0"]) / 1e6
-            res["ours_return"] = (st["t_returned"] - st["t0"]) / 1e6
+            res["ours"] = since_t0(st, "t_written")
+            res["ours_finished"] = since_t0(st)
+            res["ours_return"] = since_t0(st, "t_returned")
             for kind in BASELINES:
                 ed.bench("spawn", kind, "true", n)
-                wait_until(lambda: ed.state()["done"] >= n, 60, END_POLL, "baseline short")
-                st = ed.state()
-                res[kind] = (st["t_done"] - st["t0"]) / 1e6
+                res[kind] = since_t0(ed.wait_done(n, 60, "baseline short", END_POLL))
                 ed.bench("stop_all", kind)
         finally:
             ed.close()
