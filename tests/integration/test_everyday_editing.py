@@ -203,3 +203,45 @@ def test_running_state_stays_in_view_after_a_format_on_save(editor):
     )
     marker.write_text("")
     editor.wait_diag(4, "✓")
+
+
+def test_deny_plan_and_run_call_requests(editor):
+    """The host side of :SidekickDeny, :SidekickRunTools' confirmation and rerun."""
+    editor.setup()
+    editor.open_chat(
+        HEAD
+        + call("safe", "ls")
+        + "\n"
+        + call("risky", "rm -rf build")
+        + "\n"
+        + call("no", "curl example.com")
+    )
+    host = "require('sidekick_tools.host')"
+    buf = editor.nvim.current.buffer.number
+    plan = editor.lua(f"return {host}.request('plan', ...)", buf, str(editor.workdir))
+    assert [(p["id"], p["verdict"]) for p in plan] == [
+        ("safe", "approve"),
+        ("risky", "ask"),
+        ("no", "ask"),
+    ]
+    assert plan[1]["what"] == "rm -rf build"
+    row = row_of(editor, "```tool run_terminal_command id=no")
+    editor.lua(f"return {host}.request('deny', ...)", buf, row, "  not on   my network ")
+    text = editor.wait_text("```result id=no status=denied reason=user")
+    assert "not on my network" in text.split("status=denied reason=user", 1)[1]
+    editor.wait_diag(row, "⊘ run_terminal_command")
+    # denying twice, or a line with no call, is refused with a message
+    for r in (row, 0):
+        ok = editor.lua(f"return pcall({host}.request, 'deny', ...)", buf, r, "")
+        assert ok is False
+
+    # a call run again replaces its result block
+    def token() -> str | None:
+        line = next((x for x in editor.lines() if x.startswith("```result id=safe")), "")
+        return line.split("task=")[1].split()[0] if "task=" in line else None
+
+    editor.lua(f"return {host}.request('run_call', ...)", buf, "safe", str(editor.workdir))
+    first = wait_for(token)
+    editor.lua(f"return {host}.request('run_call', ...)", buf, "safe", str(editor.workdir))
+    wait_for(lambda: token() not in (None, first))
+    assert editor.text().count("```result id=safe") == 1

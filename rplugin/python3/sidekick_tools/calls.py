@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -151,6 +152,71 @@ class CallRunner:
                 first = first or tracked
         self._spawn(self._run_ids(buf, ids, cwd, gate))
         return {"count": len(ids), "ids": ids}
+
+    async def plan(self, buf: int, cwd: str) -> list[dict[str, Any]]:
+        """What `run_tools` would do with each pending call of the last assistant
+        message: ``verdict`` "approve" (the policy runs it by itself), "ask" (it
+        needs the user's consent) or "deny" (the policy refuses it); a broken
+        call says its ``problem``. :SidekickRunTools asks once for the "ask" ones."""
+        mirror = await self._mirror(buf)
+        chat = mirror.chat()
+        message = chat.last_assistant()
+        out = []
+        for call in message.calls if message else []:
+            if not call.pending:
+                continue
+            problem = call.error or tools.check_call(call.tool, call.params or {})
+            ctx = self._context(cwd, mirror.name, call.call_id or "")
+            verdict = "ask"
+            if not problem:
+                answer = await self._ask_policy(call, ctx)
+                verdict = decide(call.tool, call.params or {}, ctx, answer)
+            out.append(
+                {
+                    "id": call.call_id or "",
+                    "tool": call.tool,
+                    "row": call.start_row,
+                    "verdict": verdict,
+                    "what": describe(call),
+                    "problem": problem or None,
+                }
+            )
+        return out
+
+    async def deny(self, buf: int, row: int, reason: str = "") -> dict[str, Any]:
+        """Refuse the pending call at `row`: a ``status=denied`` result whose body
+        (what the model reads) is the user's reason."""
+        mirror = await self._mirror(buf)
+        call = mirror.chat().call_at(row)
+        if call is None:
+            raise UserError(
+                f"sidekick_tools: no tool call at line {row + 1}. Put the cursor on a "
+                "```tool block to deny it."
+            )
+        if call.result is not None:
+            raise UserError(
+                f"sidekick_tools: {call.call_id} already has a result "
+                f"(status={call.result.status}); only a pending call can be denied"
+            )
+        tracked = await self._prepare(buf, call)
+        if tracked is None:
+            raise UserError("sidekick_tools: the tool call changed while denying; try again")
+        text = " ".join(reason.split()) or "The user denied this call."
+        self._spawn(self._write(tracked, _denied(text, by="user")))
+        return {"id": tracked.call_id, "tool": tracked.tool}
+
+    async def run_call(self, buf: int, call_id: str, cwd: str) -> dict[str, Any]:
+        """Run call `call_id` again (its result block is replaced); no chain."""
+        mirror = await self._mirror(buf)
+        call = mirror.chat().call_by_id(call_id)
+        if call is None:
+            raise UserError(f"sidekick_tools: no call {call_id} in {mirror.name or buf}")
+        self._refuse_live(buf, call)
+        tracked = await self._prepare(buf, call)
+        if tracked is None:
+            raise UserError("sidekick_tools: the tool call changed while starting; try again")
+        self._spawn(self._chain(tracked, cwd, chain=False))
+        return {"id": tracked.call_id, "tool": tracked.tool, "row": call.start_row}
 
     async def chat_opened(self, buf: int) -> None:
         """Follow the `status=running task=T` blocks of a (re)opened chat."""
@@ -834,8 +900,23 @@ def _detail(result: ToolResult) -> str | None:
     return None
 
 
-def _denied(reason: str) -> ToolResult:
-    return ToolResult(status="denied", body=reason, fields={})
+def _denied(reason: str, by: str = "policy") -> ToolResult:
+    return ToolResult(status="denied", body=reason, fields={"reason": by})
+
+
+def describe(call: ToolCall, limit: int = 120) -> str:
+    """One line naming what a call would do: a command, paths, or its parameters."""
+    params = call.params or {}
+    if call.tool == "run_terminal_command" and isinstance(params.get("command"), str):
+        text = params["command"]
+    elif call.tool == "use_agent":
+        text = f"{params.get('agent')}: {params.get('message')}"
+    elif params:
+        text = json.dumps(params, ensure_ascii=False)
+    else:
+        text = call.body
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _log_path(task: Any) -> str | None:

@@ -177,6 +177,17 @@ class Host:
         reply["events"] = self.port.take_events()
         return reply
 
+    def rpc_plan(self, buf: int, cwd: str | None = None) -> Any:
+        cwd = str(cwd) if cwd else self._cwd()
+        return self.port.block_on(self.calls.plan(int(buf), cwd))
+
+    def rpc_deny(self, buf: int, row: int, reason: str | None = None) -> Any:
+        return self.port.block_on(self.calls.deny(int(buf), int(row), str(reason or "")))
+
+    def rpc_run_call(self, buf: int, call_id: str, cwd: str | None = None) -> Any:
+        cwd = str(cwd) if cwd else self._cwd()
+        return self._run_request(lambda _gate: self.calls.run_call(int(buf), str(call_id), cwd))
+
     def rpc_chat_opened(self, buf: int) -> Any:
         self.port.block_on(self.calls.chat_opened(int(buf)))
         return True
@@ -214,11 +225,12 @@ class Host:
         return {"id": token, "status": _status(task), "message": f"Task {token} {_status(task)}"}
 
     def rpc_list_tasks(self, opts: dict[str, Any] | None = None) -> Any:
-        status, owner = self._task_filter(opts)
+        status, owner, chats = self._task_filter(opts)
         opts = dict(opts or {})
         tasks = self.tasks.list(
             status=status,
             owner=owner,
+            chats=chats,
             limit=int(opts.get("limit") or 100),
             offset=int(opts.get("offset") or 0),
         )
@@ -254,8 +266,8 @@ class Host:
     # -- task views (tasks window, output view) ----------------------------------------
     def rpc_count_tasks(self, opts: dict[str, Any] | None = None) -> Any:
         """How many tasks `list_tasks(opts)` pages through (limit/offset ignored)."""
-        status, owner = self._task_filter(opts)
-        return self.tasks.count(status=status, owner=owner)
+        status, owner, chats = self._task_filter(opts)
+        return self.tasks.count(status=status, owner=owner, chats=chats)
 
     def rpc_task_page(self, opts: dict[str, Any] | None = None) -> Any:
         """One page of `list_tasks(opts)` plus the total, in one round trip."""
@@ -270,7 +282,16 @@ class Host:
         self.port.block_on(self.port.mirror(int(buf)))
         return self.calls.token_at(int(buf), int(row))
 
-    def _task_filter(self, opts: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    def _task_filter(
+        self, opts: dict[str, Any] | None
+    ) -> tuple[str | None, str | None, list[str] | None]:
+        """(status, owner, chats) of a task query from Lua's options.
+
+        ``status`` "all" (or none) means every status. The scope is this
+        Neovim's tasks: the ones it owns, and the ones started from the chats
+        given in ``chats`` (the chats open in it: after a restart their tasks
+        belong to the Neovim that ran them). ``owner = "any"`` (or ``all``):
+        every Neovim's and agent's tasks."""
         opts = dict(opts or {})
         status = opts.get("status") or None
         if status == "all":
@@ -280,12 +301,21 @@ class Host:
                 f"sidekick_tools: unknown status {status!r}; use one of "
                 + ", ".join((*LIST_STATUSES, "all"))
             )
-        owner = None if (opts.get("all") or opts.get("status") == "all") else self.owner
-        return status, owner
+        if opts.get("all") or opts.get("owner") == "any":
+            return status, None, None
+        chats = [str(c) for c in _list(opts.get("chats")) if c]
+        return status, self.owner, chats or None
 
 
 def _status(task: Any) -> str:
     return str(getattr(task.status, "value", task.status))
+
+
+def _list(value: Any) -> list[Any]:
+    """A Lua list (an empty one may arrive as a dict)."""
+    if isinstance(value, dict):
+        return list(value.values())
+    return list(value or [])
 
 
 def _open_gate(gate: asyncio.Future[None]) -> None:

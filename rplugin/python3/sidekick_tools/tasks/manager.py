@@ -362,16 +362,22 @@ class TaskManager:
         owner: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
+        chats: Iterable[str] | None = None,
     ) -> list[Task]:
-        tasks = self.store.list(status=status, owner=owner, limit=limit, offset=offset)
+        tasks = self.store.list(status=status, owner=owner, limit=limit, offset=offset, chats=chats)
         for t in tasks:
             follower = self._live_follower(t.id)
             if follower is not None:
                 t.lines = max(t.lines, follower.lines)
         return tasks
 
-    def count(self, status: StatusFilter = None, owner: str | None = None) -> int:
-        return self.store.count(status=status, owner=owner)
+    def count(
+        self,
+        status: StatusFilter = None,
+        owner: str | None = None,
+        chats: Iterable[str] | None = None,
+    ) -> int:
+        return self.store.count(status=status, owner=owner, chats=chats)
 
     def queue_position(self, token: str) -> int | None:
         """How many queued tasks are ahead of `token` (None: not queued here)."""
