@@ -245,3 +245,21 @@ def test_deny_plan_and_run_call_requests(editor):
     editor.lua(f"return {host}.request('run_call', ...)", buf, "safe", str(editor.workdir))
     wait_for(lambda: token() not in (None, first))
     assert editor.text().count("```result id=safe") == 1
+
+
+def test_a_notice_carries_a_short_tail_and_the_log(editor):
+    editor.setup(tasks={"hybrid_threshold": 0.2}, result={"notice_lines": 4})
+    marker = editor.workdir / "m"
+    editor.open_chat(HEAD + call("long", wait_cmd(marker, "seq 1 50")))
+    token = background(editor, "long", marker)
+    marker.write_text("")
+    text = editor.wait_text(f"USER: [sidekick task {token} completed]")
+    lines = text.split("\n")
+    start = lines.index(f"USER: [sidekick task {token} completed]") + 2
+    payload = json.loads("\n".join(lines[start : lines.index("```", start)]))
+    out = payload["output"].split("\n")
+    assert out[1:] == ["47", "48", "49", "50"]
+    assert "46 earlier lines truncated" in out[0] and payload["log"] in out[0]
+    # the result block above keeps up to result.max_lines
+    block = text.split("```result id=long status=completed", 1)[1]
+    assert "\n1\n2\n" in block

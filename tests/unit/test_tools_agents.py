@@ -78,7 +78,15 @@ async def test_summary_after_the_last_prompt_when_no_result_marker(tmp_path, man
     ctx = ctx_with(tmp_path, manager, fake=agent("prompt"))
     res = await TOOL.run({"agent": "fake", "message": "why?", "async": False}, ctx)
     assert res.status == "completed"
-    assert res.body == "final answer for why?"
+    # the response starts on the last prompt's own line (DESIGN §8)
+    assert res.body == "why?\nfinal answer for why?"
+
+
+async def test_summary_of_a_one_line_answer_on_the_prompt_line(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, fake=agent("kiro"))
+    res = await TOOL.run({"agent": "fake", "message": "why?", "async": False}, ctx)
+    assert res.status == "completed"
+    assert res.body == "the answer to why? on the prompt's own line"
 
 
 async def test_summary_is_the_tail_without_markers(tmp_path, manager):

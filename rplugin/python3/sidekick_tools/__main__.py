@@ -7,7 +7,11 @@ import sys
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # stderr is what the user is shown when the host dies: warnings and errors
+    # only (the INFO lines go to host.log)
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setLevel(logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, handlers=[stderr])
     try:
         import pynvim
     except ImportError:

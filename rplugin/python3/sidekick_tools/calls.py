@@ -605,12 +605,16 @@ class CallRunner:
         pad = [""] if (n and lines[-1].strip() != "") else []
         return (n, n, pad + notice)
 
-    def _shown(self, body: str, log_path: str | None, truncate: bool = True) -> str:
+    def _shown(
+        self, body: str, log_path: str | None, truncate: bool = True, lines: int | None = None
+    ) -> str:
         """Text as the buffer shows it: clean, no trailing newline, and for process
-        output only the tail (file tools bound their own results)."""
+        output only the tail (`lines`, default `result.max_lines`; file tools
+        bound their own results)."""
         text = clean_output(body.encode("utf-8", "replace"))
         if truncate:
-            text = truncate_tail(text, self.config.result_max_lines, log_path)
+            keep = self.config.result_max_lines if lines is None else lines
+            text = truncate_tail(text, keep, log_path)
         return text.rstrip("\n")
 
     def _user_line_edit(
@@ -748,7 +752,8 @@ class CallRunner:
         # the final block and the notice go into the buffer together, in one edit
         final = self._result_item(tracked, result)
         written = self._enqueue(tracked.buf, final)
-        output = self._shown(result.body, _log_path(task))
+        # the notice stays short: the last few lines; the block above and the log have the rest
+        output = self._shown(result.body, _log_path(task), lines=self.config.notice_lines)
         payload = {
             "id": task.id,
             "status": status_of(task),

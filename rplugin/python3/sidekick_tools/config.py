@@ -80,6 +80,7 @@ class Config:
     auto_accept: AutoAcceptConfig = field(default_factory=AutoAcceptConfig)
     agents: dict[str, AgentConfig] = field(default_factory=dict)
     result_max_lines: int = 200
+    notice_lines: int = 10
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> Config:
@@ -111,6 +112,7 @@ class Config:
             auto_accept=auto,
             agents=agents,
             result_max_lines=int(result.get("max_lines", 200)),
+            notice_lines=int(result.get("notice_lines", 10)),
         )
 
 

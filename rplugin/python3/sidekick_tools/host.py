@@ -7,6 +7,7 @@ the loop, awaited with `port.block_on` only where Lua needs the answer.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from typing import Any, Callable
@@ -90,17 +91,7 @@ class Host:
         nvim_pid = int((info or {}).get("nvim_pid") or os.getppid())
         self.owner = owner_token(nvim_pid)
         store = self._open_store(config)
-        t = config.tasks
-        self.tasks = TaskManager(
-            store,
-            config.state_dir,
-            self.owner,
-            max_concurrent=t.max_concurrent,
-            default_timeout=t.default_timeout,
-            halt_grace=t.halt_grace,
-            retention=(t.retention.completed, t.retention.failed),
-            nice=int(t.nice),
-        )
+        self.tasks = TaskManager(store, config.state_dir, self.owner, **_task_settings(config))
         self.port.block_on(self.tasks.recover())
         self.calls = CallRunner(self.port, self.tasks, config)
         log.info("host %s started for %s (store %s)", __version__, self.owner, self.store_kind)
@@ -124,14 +115,25 @@ class Host:
         return store
 
     def _reconfigure(self, config: Config) -> None:
+        """`setup()` called again (a lazy.nvim reload): every option reaches
+        the running host, except where its state lives (that needs a restart)."""
+        assert self.config is not None and self.tasks is not None and self.calls is not None
+        if config.state_dir != self.config.state_dir:
+            self.port.notify_user(
+                f"sidekick_tools: state_dir {config.state_dir} takes effect when the host "
+                f"restarts; it stays {self.config.state_dir} until then",
+                "warn",
+            )
+            config.state_dir = self.config.state_dir
+        self.config = config
+        self.calls.config = config
+        self.tasks.configure(**_task_settings(config))
+
+    def rpc_settings(self) -> Any:
+        """The configuration the host works with, and the task engine's settings
+        in force (:checkhealth, and tests that setup() reached the host)."""
         assert self.config is not None and self.tasks is not None
-        for name in ("tasks", "auto_accept", "agents", "result_max_lines"):
-            setattr(self.config, name, getattr(config, name))
-        t = config.tasks
-        self.tasks.max_concurrent = max(1, int(t.max_concurrent))
-        self.tasks.default_timeout = t.default_timeout
-        self.tasks.halt_grace = float(t.halt_grace)
-        self.tasks.nice = int(t.nice)
+        return {"config": dataclasses.asdict(self.config), "tasks": self.tasks.settings()}
 
     def _info(self) -> dict[str, Any]:
         assert self.config is not None
@@ -309,6 +311,17 @@ class Host:
 
 def _status(task: Any) -> str:
     return str(getattr(task.status, "value", task.status))
+
+
+def _task_settings(config: Config) -> dict[str, Any]:
+    t = config.tasks
+    return {
+        "max_concurrent": t.max_concurrent,
+        "default_timeout": t.default_timeout,
+        "halt_grace": t.halt_grace,
+        "retention": (t.retention.completed, t.retention.failed),
+        "nice": int(t.nice),
+    }
 
 
 def _list(value: Any) -> list[Any]:
