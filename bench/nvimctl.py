@@ -68,10 +68,7 @@ class Editor:
         if not plugin:
             env["SIDEKICK_BENCH_PLUGIN"] = "0"
         if PROFILE_DIR:
-            env["SIDEKICK_BENCH_PROFILE_DIR"] = PROFILE_DIR
-            env["PYTHONPATH"] = str(BENCH / "profile") + (
-                ":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-            )
+            env["SIDEKICK_TOOLS_PROFILE"] = PROFILE_DIR
         argv = [nvim_binary(), "--embed", "--headless", "--clean", "-n", "-u", str(INIT)]
         argv += ["--listen", self.sock]
         old = os.getcwd()
