@@ -39,3 +39,24 @@ def test_the_host_never_imports_from_the_project_folder(editors, monkeypatch):
     ed.run_tool(5)
     ed.wait_text("```result id=c1 status=completed exit=0")
     assert not sentinel.exists(), sentinel.read_text()
+
+
+def test_output_cannot_act_on_the_editor_through_a_modeline(editor):
+    """`vim: set ff=mac :` printed by a task must not become a modeline that
+    mangles the saved chat when it is opened again."""
+    editor.nvim.command("set modeline modelines=5")  # a user who has them on
+    editor.setup()
+    cmd = "printf 'vim: set ff=mac tw=7 :\\n'"
+    editor.open_chat(HEAD + call("m", "run_terminal_command", {"command": cmd}))
+    editor.run_tool(5)
+    editor.wait_text("```result id=m status=completed exit=0")
+    editor.nvim.command("write")
+    editor.nvim.command("edit!")
+    assert editor.lua("return vim.bo.fileformat") == "unix"
+    assert editor.lua("return vim.bo.textwidth") == 0
+    assert editor.lua("return vim.bo.modeline") is False
+    # and the control: another file with the same line does get it
+    other = editor.workdir / "note.txt"
+    other.write_text("x\nvim: set tw=7 :\n")
+    editor.nvim.command(f"edit {other}")
+    assert editor.lua("return vim.bo.textwidth") == 7
