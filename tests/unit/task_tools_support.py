@@ -49,6 +49,8 @@ def make_ctx(tmp_path: Path, manager: TaskManager, config: Config, chat: str = "
 
 
 async def shell_task(manager: TaskManager, command: str, cwd: str, **kw: Any):
+    """A task started from chat "chat-a" (make_ctx's) unless `chat=` says otherwise."""
+    kw.setdefault("chat", "chat-a")
     return await manager.submit(
         TaskSpec(tool="run_terminal_command", command=command, cwd=cwd, **kw)
     )

@@ -6,6 +6,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 from sidekick_tools.tasks import runner
@@ -299,3 +300,20 @@ def test_logs_are_private_and_the_command_keeps_the_hosts_umask(tmp_path, mask) 
         assert stat.S_IMODE(os.stat(os.path.join(log_dir, name)).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(log_dir).st_mode) == 0o700 & ~mask
     proc.popen.wait()
+
+
+def test_start_token_of_an_exited_child_is_kept(tmp_path):
+    """A task that exits before its spawn returns still gets its identity."""
+    import subprocess as sp
+
+    from sidekick_tools.tasks import runner as r
+
+    child = sp.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while r._proc_stat(child.pid)[0] != "Z":  # exited, not reaped: a zombie
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert r.start_token(child.pid) is None  # gone, for liveness checks
+    token = r.start_token(child.pid, zombie_ok=True)
+    assert token and token.endswith(":" + r._proc_stat(child.pid)[19])
+    child.wait()

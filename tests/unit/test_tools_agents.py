@@ -20,6 +20,7 @@ from tests.unit.task_tools_support import (
     make_config,
     make_ctx,
     make_manager,
+    shell_task,
 )
 
 TOOL = ua.TOOL
@@ -320,14 +321,23 @@ def test_auto_accept_follows_the_agent_setting(tmp_path):
     assert decide("use_agent", {"agent": "other", "message": "m"}, ctx, "approve") == "approve"
 
 
-def test_task_tools_are_auto_accepted_by_default(tmp_path):
-    ctx = make_ctx(tmp_path, None, make_config())
-    for name, params in [
-        ("await_task", {"task": "abc123"}),
-        ("halt_task", {"task": "abc123"}),
-        ("task_status", {"task": "abc123"}),
-        ("task_output", {"task": "abc123", "filter": "x"}),
-        ("list_tasks", {}),
-    ]:
-        assert decide(name, params, ctx) == "approve", name
-        assert tools.get_tool(name).auto_accept(params, ctx) is True
+async def test_task_tools_run_by_themselves_only_on_this_chats_tasks(tmp_path, manager):
+    """DESIGN §7/§12: another chat's (or Neovim's, or agent's) task is reached
+    only through a call the user runs by hand."""
+    ctx = make_ctx(tmp_path, manager, make_config())
+    own = await shell_task(manager, "true", ctx.cwd)
+    other = await shell_task(manager, "true", ctx.cwd, chat="chat-b")
+    for token, verdict in ((own.id, "approve"), ("abc123", "approve"), (other.id, "ask")):
+        for name, params in [
+            ("await_task", {"task": token}),
+            ("halt_task", {"task": token}),
+            ("task_status", {"task": token}),
+            ("task_output", {"task": token, "filter": "x"}),
+        ]:
+            assert decide(name, params, ctx) == verdict, (name, token)
+            assert tools.get_tool(name).auto_accept(params, ctx) is (verdict == "approve")
+    assert decide("list_tasks", {}, ctx) == "approve"  # lists this chat's tasks only
+    # the same token from the other chat's side
+    theirs = make_ctx(tmp_path, manager, make_config(), chat="chat-b")
+    assert decide("halt_task", {"task": other.id}, theirs) == "approve"
+    assert decide("halt_task", {"task": own.id}, theirs) == "ask"

@@ -495,6 +495,7 @@ async def test_list_groups_and_closing_line(tmp_path, manager, ctx):
             label="fake: review",
             cwd=ctx.cwd,
             env={"SIDEKICK_AGENT": "fake"},
+            chat=ctx.chat,
         )
     )
     for t in (ok, bad, agent):
@@ -534,7 +535,8 @@ async def test_list_groups_and_closing_line(tmp_path, manager, ctx):
     del release
 
 
-async def test_list_is_scoped_to_this_owner(tmp_path, ctx):
+async def test_list_is_scoped_to_this_chat(tmp_path, ctx):
+    """This chat's tasks, whichever Neovim ran them; no other chat's."""
     store = MemoryStore()
     mine = make_manager(str(tmp_path / "s"), owner="1:a")
     mine.store = store
@@ -542,11 +544,12 @@ async def test_list_is_scoped_to_this_owner(tmp_path, ctx):
     theirs.store = store
     try:
         a = await shell_task(mine, "echo mine", ctx.cwd)
-        b = await shell_task(theirs, "echo theirs", ctx.cwd)
-        await mine.wait(a.id, 10)
-        await theirs.wait(b.id, 10)
+        b = await shell_task(theirs, "echo theirs", ctx.cwd, chat="chat-b")
+        c = await shell_task(theirs, "echo earlier", ctx.cwd)  # chat-a, another Neovim
+        for manager, task in ((mine, a), (theirs, b), (theirs, c)):
+            await manager.wait(task.id, 10)
         body = (await LIST.run({}, make_ctx(tmp_path, mine, ctx.config))).body
-        assert a.id in body and b.id not in body
+        assert a.id in body and c.id in body and b.id not in body
     finally:
         await mine.shutdown(kill=True)
         await theirs.shutdown(kill=True)

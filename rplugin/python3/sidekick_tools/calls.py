@@ -28,6 +28,7 @@ from .chat.render import (
     truncate_tail,
 )
 from .config import Config
+from .tasks.model import is_token
 from .tools._tasks import TERMINAL, status_of
 from .tools.base import ToolContext, ToolResult
 from .tools.policy import decide
@@ -106,6 +107,9 @@ class CallRunner:
         # extmark, so the next scan sends the rows to set the marks again.
         self._anchor_rows: dict[int, set[int]] = {}
         self._touched: set[int] = set()
+        # running blocks of each buffer that name a task this host does not follow,
+        # with why (a forged or copied block): shown as such, never rewritten
+        self._unfollowed: dict[int, dict[str, str]] = {}
         port.on_buffer_change = self._on_buffer_change
 
     # -- entry points (called by host.py) ----------------------------------------
@@ -219,34 +223,38 @@ class CallRunner:
         return {"id": tracked.call_id, "tool": tracked.tool, "row": call.start_row}
 
     async def chat_opened(self, buf: int) -> None:
-        """Follow the `status=running task=T` blocks of a (re)opened chat."""
+        """Follow the `status=running task=T` blocks of a (re)opened chat.
+
+        Only a task this very call started is followed (DESIGN §12): the store
+        must name this chat and this call id. A block naming an unknown task or
+        another chat's (a forged block, a copied chat) is left as it is, with
+        a diagnostic saying why; opening such a chat rewrites nothing."""
         mirror = await self._mirror(buf)
+        unfollowed: dict[str, str] = {}
         for call in mirror.chat().calls:
             res = call.result
             if not (res and res.status == "running" and res.fields.get("task") and call.call_id):
                 continue
             if (buf, call.call_id) in self.tracked:
                 continue
+            token = res.fields["task"]
+            task = self.tasks.get(token) if is_token(token) else None
+            if task is None:
+                unfollowed[call.call_id] = f"task {token} not found; not followed"
+                continue
+            if task.chat != mirror.name or task.call_id != call.call_id:
+                unfollowed[call.call_id] = f"task {token} is not this call's; not followed"
+                continue
             tracked = await self._prepare(buf, call)
             if tracked is None:
                 continue
             tracked.background = True
-            self._bind(tracked, res.fields["task"])
-            task = self.tasks.get(tracked.token)
-            if task is None:
-                await self._write(
-                    tracked,
-                    ToolResult(
-                        status="failed",
-                        body=f"Task {tracked.token} is not in the task store (expired, or it "
-                        "lived in an in-memory store of an earlier session).",
-                        fields={"task": tracked.token, "reason": "not_found"},
-                    ),
-                )
-            elif status_of(task) in TERMINAL:
+            self._bind(tracked, token)
+            if status_of(task) in TERMINAL:
                 await self._finish_background(tracked, task)
             else:
                 self._emit_state(tracked, "running", started_at=task.started_at)
+        self._unfollowed[buf] = unfollowed
         self.schedule_scan(buf, delay=0)
 
     def token_at(self, buf: int, row: int) -> str | None:
@@ -799,7 +807,9 @@ class CallRunner:
                 continue
             anchors.append([tracked.mark, call.start_row])
         self._anchor_rows[buf] = {row for _, row in anchors}
-        items = scan_items(chat, {cid for (b, cid) in self.tracked if b == buf})
+        items = scan_items(
+            chat, {cid for (b, cid) in self.tracked if b == buf}, self._unfollowed.get(buf)
+        )
         touched = buf in self._touched
         self._touched.discard(buf)
         if not touched and (items, anchors) == self._scanned.get(buf):
@@ -836,7 +846,9 @@ class CallRunner:
         return answer if answer in ("approve", "deny") else None
 
 
-def scan_items(chat: Chat, tracked_ids: set[str]) -> list[dict[str, Any]]:
+def scan_items(
+    chat: Chat, tracked_ids: set[str], unfollowed: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """Diagnostic state of the calls, as the text alone says it (DESIGN §5).
 
     Every pending, running, failed, cancelled or denied call is listed. Completed
@@ -859,6 +871,9 @@ def scan_items(chat: Chat, tracked_ids: set[str]) -> list[dict[str, Any]]:
             item["state"] = res.status
             if res.status == "failed":
                 item["detail"] = _fields_detail(res.fields) or "failed"
+            elif res.status == "running" and call.call_id in (unfollowed or {}):
+                item["state"] = "failed"
+                item["detail"] = (unfollowed or {})[call.call_id]
             elif res.status == "running" and res.fields.get("task"):
                 item["detail"] = f"task {res.fields['task']}"
             elif res.status in ("cancelled", "denied"):

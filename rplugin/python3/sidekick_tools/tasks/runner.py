@@ -106,13 +106,17 @@ def _proc_stat(pid: int) -> list[str] | None:
     return data[close + 2 :].decode("ascii", "replace").split()
 
 
-def start_token(pid: int) -> str | None:
-    """A token identifying the process `pid` for its whole life, or None if gone."""
+def start_token(pid: int, zombie_ok: bool = False) -> str | None:
+    """A token identifying the process `pid` for its whole life, or None if gone.
+
+    A zombie counts as gone, except with `zombie_ok`: our own child that has
+    already exited (a short task on a loaded machine) still has its identity."""
     if pid <= 0:
         return None
     if _IS_LINUX and os.path.isdir("/proc/self"):
         fields = _proc_stat(pid)
-        if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
+        dead = ("X",) if zombie_ok else ("Z", "X")
+        if fields is None or len(fields) < 20 or fields[0] in dead:
             return None
         return f"{_linux_boot_id()}:{fields[19]}"
     try:
@@ -555,7 +559,7 @@ def spawn(
         raise SpawnError(f"cannot start the task: {reason}") from exc
     if nice > 0:
         set_group_nice(popen.pid, nice)
-    return ChildProcess(popen, start_token(popen.pid), log_dir)
+    return ChildProcess(popen, start_token(popen.pid, zombie_ok=True), log_dir)
 
 
 @functools.cache

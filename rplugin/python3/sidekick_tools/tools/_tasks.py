@@ -70,11 +70,26 @@ def lookup(ctx: Any, raw: Any) -> tuple[str, Any, ToolResult | None]:
     return token, task, None
 
 
+def own_task(ctx: Any, raw: Any) -> bool:
+    """Whether the task `raw` names was started from the chat `ctx` is in; a
+    token naming no task counts as the chat's own (the answer is "not found")."""
+    token = normalize_token(raw)
+    if not is_token(token):
+        return True
+    try:
+        task = ctx.tasks.get(token)
+    except Exception:
+        return False
+    return task is None or (bool(ctx.chat) and getattr(task, "chat", None) == ctx.chat)
+
+
 class TaskTool:
     """Base of the tools that act on one task named by its token.
 
-    They are always auto-accepted (they read or stop tasks, nothing else).
-    `run` validates the parameters against `schema`, lets `check` refuse
+    They run without asking only on a task started from the same chat (or a
+    token no task has: the answer is "not found"): another chat's, another
+    Neovim's or an agent's task is reached only through a call the user runs
+    by hand (DESIGN §7, §12). `run` validates the parameters against `schema`, lets `check` refuse
     more, looks the token up, and hands the task to `act`; a malformed or
     unknown token becomes the answer of `unknown`.
     """
@@ -89,7 +104,7 @@ class TaskTool:
     }
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
-        return True
+        return own_task(ctx, params.get("task"))
 
     async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
         err = validate(self.schema, params)

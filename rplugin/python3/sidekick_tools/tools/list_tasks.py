@@ -1,13 +1,13 @@
-"""list_tasks: this Neovim's tasks, grouped: running (queued included),
+"""list_tasks: this chat's tasks, grouped: running (queued included),
 completed (the most recent), failed (cancelled included).
 
-Scope: the tasks owned by this Neovim instance (``ctx.tasks.owner``), which
-includes tasks it adopted after a host restart; tasks of other Neovim
-instances sharing the database are not listed (``:SidekickTasks all`` shows
-those). ``status`` narrows to one group (``running``, ``completed``,
-``failed``; ``queued`` and ``cancelled`` narrow further; ``all`` is the
-default). Each group lists at most `PER_GROUP` tasks, newest first, and says
-how many more exist.
+Scope: the tasks started from this chat (``ctx.chat``), whichever Neovim ran
+them; the tasks of other chats, other Neovims and agents are not listed, so
+the tool runs without asking and shows the model nothing it did not start
+(``:SidekickTasks`` shows the user everything). ``status`` narrows to one
+group (``running``, ``completed``, ``failed``; ``queued`` and ``cancelled``
+narrow further; ``all``, every status, is the default). Each group lists at
+most `PER_GROUP` tasks, newest first, and says how many more exist.
 
 Body (plain text)::
 
@@ -48,7 +48,7 @@ CLOSING = (
 
 class ListTasks:
     name = "list_tasks"
-    description = "This Neovim's tasks grouped by status, with token, tool or agent, label, age."
+    description = "This chat's tasks grouped by status, with token, tool or agent, label, age."
     schema: dict[str, Any] = {
         "type": "object",
         "properties": {
@@ -70,7 +70,7 @@ class ListTasks:
         if err:
             return ToolResult.fail(err)
         wanted = params.get("status") or "all"
-        owner = getattr(ctx.tasks, "owner", None) or None
+        chats = [ctx.chat]
         now = time.time()
         groups = []
         for key, title, statuses in GROUPS:
@@ -81,8 +81,8 @@ class ListTasks:
             elif wanted not in ("all", key):
                 continue
             try:
-                tasks = ctx.tasks.list(status=set(statuses), owner=owner, limit=PER_GROUP)
-                total = ctx.tasks.count(status=set(statuses), owner=owner)
+                tasks = ctx.tasks.list(status=set(statuses), chats=chats, limit=PER_GROUP)
+                total = ctx.tasks.count(status=set(statuses), chats=chats)
             except Exception as e:  # store trouble: say so rather than crash
                 return ToolResult.fail(f"could not list tasks: {e}")
             groups.append(_group(ctx, title, tasks, total, now))
