@@ -151,7 +151,9 @@ class ToolCallEnd:
 @dataclass(frozen=True)
 class Usage:
     """Token counts; ``None`` where the provider said nothing. In a stream the later
-    values replace the earlier ones field by field."""
+    values replace the earlier ones field by field. ``input_tokens`` counts the
+    input not read from the cache (Anthropic's ``input_tokens``; OpenAI's
+    ``prompt_tokens`` less ``cached_tokens``)."""
 
     input_tokens: int | None = None
     output_tokens: int | None = None
