@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from .script import (
+    RawPiece,
     RedactedThinkingPiece,
     Reply,
     StreamErrorPiece,
@@ -59,18 +60,17 @@ def _chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def events(
-    reply: Reply, model: str, message_id: str, tool_id: Any
-) -> list[tuple[str, dict[str, Any], bool]]:
+def events(reply: Reply, model: str, message_id: str, tool_id: Any) -> list[tuple[str, Any, bool]]:
     """(event name, data, counts as a token for pacing) for the whole reply.
-    ``tool_id(n)`` names the n-th call when the script gives no id."""
+    ``tool_id(n)`` names the n-th call when the script gives no id; a RawPiece
+    is the event ("", its bytes)."""
     usage = {
         "input_tokens": reply.input_tokens,
         "cache_creation_input_tokens": reply.cache_write_tokens,
         "cache_read_input_tokens": reply.cache_read_tokens,
         "output_tokens": 1,
     }
-    out: list[tuple[str, dict[str, Any], bool]] = [
+    out: list[tuple[str, Any, bool]] = [
         (
             "message_start",
             {
@@ -101,6 +101,9 @@ def events(
                 )
             )
             return out
+        if isinstance(piece, RawPiece):
+            out.append(("", piece.data, False))
+            continue
         start: dict[str, Any]
         body: list[dict[str, Any]] = []
         if isinstance(piece, TextPiece):
@@ -168,7 +171,9 @@ def events(
     return out
 
 
-def sse(name: str, data: dict[str, Any]) -> bytes:
+def sse(name: str, data: Any) -> bytes:
+    if isinstance(data, bytes):
+        return data
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from .script import (
+    RawPiece,
     RedactedThinkingPiece,
     Reply,
     StreamErrorPiece,
@@ -48,8 +49,8 @@ def _chunks(text: str, size: int) -> list[str]:
 
 def chunks(
     reply: Reply, model: str, completion_id: str, created: int, include_usage: bool, tool_id: Any
-) -> list[tuple[dict[str, Any] | str, bool]]:
-    """(chunk object, or "[DONE]", counts as a token for pacing) for the whole reply."""
+) -> list[tuple[Any, bool]]:
+    """(chunk object, "[DONE]" or raw bytes, counts as a token for pacing) for the reply."""
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -64,7 +65,7 @@ def chunks(
             out["usage"] = None
         return out
 
-    out: list[tuple[dict[str, Any] | str, bool]] = [
+    out: list[tuple[Any, bool]] = [
         (chunk({"role": "assistant", "content": "", "refusal": None}), False)
     ]
     calls: list[list[dict[str, Any]]] = []
@@ -74,7 +75,9 @@ def chunks(
             body = error_body(piece.error_type, piece.message, None)
             out.append((body, False))
             return out
-        if isinstance(piece, TextPiece):
+        if isinstance(piece, RawPiece):
+            out.append((piece.data, False))
+        elif isinstance(piece, TextPiece):
             for c in _chunks(piece.text, reply.chunk):
                 out.append((chunk({"content": c}), True))
                 deltas += 1
@@ -126,7 +129,9 @@ def chunks(
     return out
 
 
-def sse(item: dict[str, Any] | str) -> bytes:
+def sse(item: Any) -> bytes:
+    if isinstance(item, bytes):
+        return item
     data = item if isinstance(item, str) else json.dumps(item, separators=(",", ":"))
     return f"data: {data}\n\n".encode()
 

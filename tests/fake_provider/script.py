@@ -49,7 +49,16 @@ class StreamErrorPiece:
     message: str = "Overloaded"
 
 
-Piece = Union[TextPiece, ToolCallPiece, ThinkingPiece, RedactedThinkingPiece, StreamErrorPiece]
+@dataclass(frozen=True)
+class RawPiece:
+    """Bytes written as they are, for streams no real provider sends (malformed events)."""
+
+    data: bytes
+
+
+Piece = Union[
+    TextPiece, ToolCallPiece, ThinkingPiece, RedactedThinkingPiece, StreamErrorPiece, RawPiece
+]
 
 
 @dataclass
@@ -101,6 +110,10 @@ def stream_error(
     error_type: str = "overloaded_error", message: str = "Overloaded"
 ) -> StreamErrorPiece:
     return StreamErrorPiece(error_type, message)
+
+
+def raw(data: bytes) -> RawPiece:
+    return RawPiece(data)
 
 
 def reply(*pieces: Piece | str, **options: Any) -> Reply:

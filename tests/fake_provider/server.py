@@ -70,6 +70,7 @@ class FakeProvider:
         self._issued: dict[str, str] = {}  # signature -> thinking text
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[asyncio.Task] = set()
+        self._early: dict[int, bytes] = {}
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -138,10 +139,13 @@ class FakeProvider:
             pass
         finally:
             self._conns.discard(task)
+            self._early.pop(id(reader), None)
             writer.close()
 
     async def _read_request(self, reader: asyncio.StreamReader) -> RecordedRequest | None:
-        line = await reader.readline()
+        # bytes of this request read while the previous answer watched for a hang-up
+        early = self._early.pop(id(reader), b"")
+        line = early + await reader.readline()
         if not line.strip():
             return None
         method, path, _ = line.decode("latin-1").split(" ", 2)
@@ -301,8 +305,10 @@ class FakeProvider:
         try:
             return await self._send_frames(request, writer, reply, frames, gone)
         finally:
-            if not gone.done():
-                gone.cancel()
+            gone.cancel()
+            await asyncio.gather(gone, return_exceptions=True)
+            if not gone.cancelled() and gone.exception() is None:
+                self._early[id(reader)] = gone.result()  # the next request had begun
 
     async def _send_frames(
         self,

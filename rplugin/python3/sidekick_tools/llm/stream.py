@@ -190,7 +190,7 @@ class ChatClient:
                     for event in sse.feed(chunk):
                         for delta in self._decode(decoder, event, literals):
                             yield delta
-                    if decoder.complete:
+                    if decoder.done:
                         return
                 for event in sse.close():
                     for delta in self._decode(decoder, event, literals):

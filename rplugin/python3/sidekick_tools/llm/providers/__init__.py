@@ -41,8 +41,14 @@ class StreamDecoder(Protocol):
         ...
 
     @property
+    def done(self) -> bool:
+        """The stream's last event has come (``message_stop``, ``[DONE]``): stop reading."""
+        ...
+
+    @property
     def complete(self) -> bool:
-        """The stream has said it is over (``message_stop``, ``[DONE]``...)."""
+        """The reply is whole, so a stream that ends here was not cut short (``done``,
+        or, for servers that never send ``[DONE]``, a ``finish_reason``)."""
         ...
 
 

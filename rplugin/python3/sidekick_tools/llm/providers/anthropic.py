@@ -176,7 +176,7 @@ def _usage(raw: Any) -> Usage:
 
 class AnthropicDecoder:
     def __init__(self) -> None:
-        self.complete = False
+        self.done = False
         self._kinds: dict[int, str] = {}  # content block index -> its type
 
     def decode(self, event: SSEEvent) -> list[Delta]:
@@ -215,8 +215,12 @@ class AnthropicDecoder:
                 out.append(Stop(_STOPS.get(raw, STOP_OTHER), raw))
             return out
         if kind == "message_stop":
-            self.complete = True
+            self.done = True
         return []
+
+    @property
+    def complete(self) -> bool:
+        return self.done
 
     def _start(self, data: dict[str, Any]) -> list[Delta]:
         index = data.get("index")

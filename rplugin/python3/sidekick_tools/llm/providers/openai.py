@@ -166,13 +166,13 @@ class _Call:
 
 class OpenAIDecoder:
     def __init__(self) -> None:
-        self.complete = False
+        self.done = False
         self._calls: dict[int, _Call] = {}
         self._finished = False
 
     def decode(self, event: SSEEvent) -> list[Delta]:
         if event.data.strip() == "[DONE]":
-            self.complete = True
+            self.done = True
             return self._end_calls() if not self._finished else []
         data = parse_event_json(event)
         if not isinstance(data, dict):
@@ -206,6 +206,10 @@ class OpenAIDecoder:
         if isinstance(usage, dict):
             out.append(UsageDelta(_usage(usage)))
         return out
+
+    @property
+    def complete(self) -> bool:
+        return self.done or self._finished
 
     def _call_delta(self, raw: dict[str, Any], position: int) -> list[Delta]:
         index = raw.get("index")
