@@ -199,8 +199,6 @@ def check_request(body: Any, issued: dict[str, str]) -> str | None:
             return f"{key}: Field required"
     if not isinstance(body["max_tokens"], int) or body["max_tokens"] < 1:
         return "max_tokens: Input should be a valid integer greater than 0"
-    if body.get("stream") is not True:
-        return "the fake provider answers streaming requests only (stream: true)"
     for i, tool in enumerate(body.get("tools") or ()):
         name = tool.get("name") if isinstance(tool, dict) else None
         if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):

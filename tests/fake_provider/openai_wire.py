@@ -143,8 +143,6 @@ def check_request(body: Any) -> str | None:
     for key in ("model", "messages"):
         if key not in body:
             return f"Missing required parameter: '{key}'."
-    if body.get("stream") is not True:
-        return "the fake provider answers streaming requests only (stream: true)"
     for i, tool in enumerate(body.get("tools") or ()):
         function = tool.get("function") if isinstance(tool, dict) else None
         if tool.get("type") != "function" or not isinstance(function, dict):

@@ -212,6 +212,9 @@ class FakeProvider:
                     {**item.headers, "x-echo-key": key},
                 )
             return await self._error(writer, request, item)
+        if body.get("stream") is not True:
+            message = "the fake provider answers streaming requests only (stream: true)"
+            return await self._error(writer, request, HttpError(400, message=message))
         return await self._stream(request, reader, writer, item, body, n)
 
     def _key_of(self, request: RecordedRequest) -> str | None:
