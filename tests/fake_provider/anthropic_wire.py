@@ -27,6 +27,7 @@ from .script import (
     ThinkingPiece,
     ToolCallPiece,
     fake_signature,
+    split_text,
 )
 
 ERROR_TYPES = {
@@ -52,12 +53,6 @@ def error_body(error_type: str, message: str, request_id: str) -> dict[str, Any]
         "error": {"type": error_type, "message": message},
         "request_id": request_id,
     }
-
-
-def _chunks(text: str, size: int) -> list[str]:
-    if size <= 0 or len(text) <= size:
-        return [text]
-    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 def events(reply: Reply, model: str, message_id: str, tool_id: Any) -> list[tuple[str, Any, bool]]:
@@ -108,11 +103,12 @@ def events(reply: Reply, model: str, message_id: str, tool_id: Any) -> list[tupl
         body: list[dict[str, Any]] = []
         if isinstance(piece, TextPiece):
             start = {"type": "text", "text": ""}
-            body = [{"type": "text_delta", "text": c} for c in _chunks(piece.text, reply.chunk)]
+            body = [{"type": "text_delta", "text": c} for c in split_text(piece.text, reply.chunk)]
         elif isinstance(piece, ThinkingPiece):
             start = {"type": "thinking", "thinking": "", "signature": ""}
             body = [
-                {"type": "thinking_delta", "thinking": c} for c in _chunks(piece.text, reply.chunk)
+                {"type": "thinking_delta", "thinking": c}
+                for c in split_text(piece.text, reply.chunk)
             ]
             signature = piece.signature
             if signature is None:
@@ -131,7 +127,8 @@ def events(reply: Reply, model: str, message_id: str, tool_id: Any) -> list[tupl
             raw = json.dumps(piece.input)
             body = [{"type": "input_json_delta", "partial_json": ""}]
             body += [
-                {"type": "input_json_delta", "partial_json": c} for c in _chunks(raw, reply.chunk)
+                {"type": "input_json_delta", "partial_json": c}
+                for c in split_text(raw, reply.chunk)
             ]
         else:  # pragma: no cover - script types are closed
             raise TypeError(piece)

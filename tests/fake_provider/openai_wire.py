@@ -23,6 +23,7 @@ from .script import (
     TextPiece,
     ThinkingPiece,
     ToolCallPiece,
+    split_text,
 )
 
 ERROR_TYPES = {
@@ -39,12 +40,6 @@ ERROR_TYPES = {
 
 def error_body(error_type: str, message: str, code: str | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
-
-
-def _chunks(text: str, size: int) -> list[str]:
-    if size <= 0 or len(text) <= size:
-        return [text]
-    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 def chunks(
@@ -78,11 +73,11 @@ def chunks(
         if isinstance(piece, RawPiece):
             out.append((piece.data, False))
         elif isinstance(piece, TextPiece):
-            for c in _chunks(piece.text, reply.chunk):
+            for c in split_text(piece.text, reply.chunk):
                 out.append((chunk({"content": c}), True))
                 deltas += 1
         elif isinstance(piece, ThinkingPiece):
-            for c in _chunks(piece.text, reply.chunk):
+            for c in split_text(piece.text, reply.chunk):
                 out.append((chunk({"reasoning_content": c}), True))
                 deltas += 1
         elif isinstance(piece, RedactedThinkingPiece):
@@ -98,7 +93,7 @@ def chunks(
             parts = [{"tool_calls": [first]}]
             parts += [
                 {"tool_calls": [{"index": k, "function": {"arguments": c}}]}
-                for c in _chunks(json.dumps(piece.input), reply.chunk)
+                for c in split_text(json.dumps(piece.input), reply.chunk)
             ]
             calls.append(parts)
     if calls:

@@ -125,6 +125,13 @@ def http_error(status: int, message: str | None = None, **options: Any) -> HttpE
     return HttpError(status, message=message, **options)
 
 
+def split_text(text: str, size: int) -> list[str]:
+    """``text`` in deltas of ``size`` characters (one piece when ``size`` is 0)."""
+    if size <= 0 or len(text) <= size:
+        return [text]
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
 def fake_signature(thinking_text: str) -> str:
     """The signature the fake gives thinking it did not get one for; it checks it back."""
     digest = hashlib.sha256(b"sidekick-fake-provider\0" + thinking_text.encode()).digest()

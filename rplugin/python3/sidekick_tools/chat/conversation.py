@@ -31,7 +31,7 @@ from .blocks import (
     ToolUse,
     Turn,
 )
-from .parser import Chat, ResultBlock, ToolCall, parse
+from .parser import Chat, ResultBlock, ToolCall, _key_values, parse
 from .reply import UNNAMED_TOOL, trim_blank_lines
 
 #: Result statuses the model is told are errors (``is_error`` for Anthropic).
@@ -94,15 +94,6 @@ def result_content(result: ResultBlock) -> str:
     for key, value in result.fields.items():
         head += f" {key}={value}"
     return f"{head}\n{result.body}" if result.body else head
-
-
-def _key_values(tokens: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for token in tokens:
-        key, eq, value = token.partition("=")
-        if eq and key:
-            out[key] = value
-    return out
 
 
 def _fences(lines: list[str], start: int, end: int) -> list[tuple[int, int, str]]:

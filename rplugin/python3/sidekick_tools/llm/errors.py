@@ -56,8 +56,9 @@ class ProviderError(LLMError):
 
     @property
     def retryable(self) -> bool:
-        """Worth another try after a pause: rate limits and overload."""
-        return self.status in (429, 529) or self.error_type in (
+        """Worth another try after a pause: rate limits and overload (HTTP 429, 503,
+        529, or an ``overloaded_error``/``rate_limit_error`` inside a stream)."""
+        return self.status in (429, 503, 529) or self.error_type in (
             "overloaded_error",
             "rate_limit_error",
         )

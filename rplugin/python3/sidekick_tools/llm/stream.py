@@ -46,9 +46,15 @@ from .sse import SSEDecoder
 
 #: A provider asking for a longer wait than this is not retried; its error is shown.
 MAX_RETRY_WAIT = 60.0
-RETRY_STATUSES = (429, 503, 529)
-_CONTENT = (TextDelta, ThinkingDelta, SignatureDelta, RedactedThinkingDelta)
-_CONTENT += (ToolCallStart, ToolCallArgs)
+#: Deltas that are part of the answer: once one is out, a failure is not retried.
+_CONTENT = (
+    TextDelta,
+    ThinkingDelta,
+    SignatureDelta,
+    RedactedThinkingDelta,
+    ToolCallStart,
+    ToolCallArgs,
+)
 _ERROR_BODY_LIMIT = 65536
 
 
@@ -166,8 +172,7 @@ class ChatClient:
                 await self._sleep(delay)
 
     def _retry_delay(self, error: ProviderError, attempt: int, content_seen: bool) -> float | None:
-        retryable = error.status in RETRY_STATUSES or error.retryable
-        if not retryable or content_seen or attempt >= self.max_attempts:
+        if not error.retryable or content_seen or attempt >= self.max_attempts:
             return None
         if error.retry_after is not None:
             return error.retry_after if error.retry_after <= MAX_RETRY_WAIT else None
