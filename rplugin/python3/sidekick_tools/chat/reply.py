@@ -310,8 +310,17 @@ class ReplyBuilder:
         return entry
 
     def feed(self, delta: Delta) -> int | None:
+        """Take one delta; return the first entry it changed (a new entry changes the
+        one before it too, by ending it), or None."""
         if self.finished:
             raise RuntimeError("reply already finished")
+        before = len(self.entries)
+        changed = self._feed(delta)
+        if changed is not None and len(self.entries) > before:
+            return max(0, before - 1)
+        return changed
+
+    def _feed(self, delta: Delta) -> int | None:
         if isinstance(delta, TextDelta):
             if not delta.text:
                 return None
@@ -442,13 +451,27 @@ def _common_prefix(a: str, b: str) -> int:
     return i
 
 
+def _first_difference(old: list[str], new: list[str], r: int) -> int:
+    """The first row from ``r`` where the lists differ (or the shorter one's end).
+    Whole runs are compared at C speed first: unchanged rows are the same objects."""
+    n = min(len(old), len(new))
+    step = 64
+    while step > 8:
+        if r + step <= n and old[r : r + step] == new[r : r + step]:
+            r += step
+            step = min(step * 2, 8192)
+        else:
+            step //= 2
+    while r < n and old[r] == new[r]:
+        r += 1
+    return r
+
+
 def diff_edit(old: list[str], new: list[str], lo: int = 0) -> Edit | None:
     """The one edit that turns ``old`` into ``new`` (both non-empty), knowing rows
     before ``lo`` are equal; ``None`` when they are equal."""
     n_old, n_new = len(old), len(new)
-    r = min(lo, n_old, n_new)
-    while r < n_old and r < n_new and old[r] == new[r]:
-        r += 1
+    r = _first_difference(old, new, min(lo, n_old, n_new))
     if r == n_old and r == n_new:
         return None
     s = 0
@@ -517,8 +540,6 @@ class ReplyRenderer:
         self._mark(max(0, len(self.reply.entries) - 1))
 
     def _mark(self, index: int) -> None:
-        # A text entry ended by the next block changes too: redraw from the one before.
-        index = max(0, index - 1)
         self._dirty = index if self._dirty is None else min(self._dirty, index)
 
     @property
