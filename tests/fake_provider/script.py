@@ -75,6 +75,7 @@ class Reply:
     drop_after: int | None = None  # close the connection after this many events
     hang_after: int | None = None  # send this many events, then wait for the client to go
     interleave_calls: bool = False  # OpenAI: alternate the argument deltas of parallel calls
+    raw_body: bytes | None = None  # send these bytes as the whole 200 body instead
 
 
 @dataclass

@@ -295,6 +295,8 @@ class FakeProvider:
                 lambda i: f"call_fake_{n:04d}_{i:02d}",
             )
             frames = [(openai_wire.sse(item), token) for item, token in items]
+        if reply.raw_body is not None:
+            frames = [(reply.raw_body, False)]
         head = [
             "HTTP/1.1 200 OK",
             "content-type: text/event-stream; charset=utf-8",

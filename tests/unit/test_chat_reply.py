@@ -26,15 +26,13 @@ from sidekick_tools.chat.blocks import (
 )
 from sidekick_tools.chat.conversation import read_chat
 from sidekick_tools.chat.parser import parse
-from sidekick_tools.chat.reply import (
+from sidekick_tools.chat.reply import ReplyBuilder, deltas_of, shape_line
+from sidekick_tools.chat.reply_render import (
     Edit,
-    ReplyBuilder,
     ReplyRenderer,
     apply_edit,
-    deltas_of,
     diff_edit,
     reply_lines,
-    shape_line,
 )
 
 
@@ -362,3 +360,21 @@ def test_diff_edit_applied_gives_the_new_lines(seed):
 def test_appending_to_a_line_is_a_small_edit_with_byte_columns():
     edit = diff_edit(["ASSISTANT: hé"], ["ASSISTANT: héllo", "x"])
     assert edit == Edit(0, 14, 0, 14, ["llo", "x"])
+
+
+def test_streaming_a_long_reply_sends_each_character_about_once():
+    text = "".join(f"line {i} with some words ü\n" for i in range(3000))
+    renderer = ReplyRenderer()
+    buffer = [""]
+    sent = 0
+    for i in range(0, len(text), 5):
+        renderer.feed(TextDelta(text[i : i + 5]))
+        edit = renderer.take()
+        if edit is not None:
+            sent += sum(len(line) for line in edit.lines)
+            assert edit.start_row >= len(buffer) - 2  # always at the end, never a redraw
+            buffer = apply_edit(buffer, edit)
+    renderer.finish()
+    buffer = apply_edit(buffer, renderer.take())
+    assert buffer == renderer.lines and len(buffer) == 3000
+    assert sent <= len(text) * 1.01

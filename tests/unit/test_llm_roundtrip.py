@@ -14,7 +14,7 @@ import pytest
 from sidekick_tools.chat.blocks import Conversation, Text, ToolResultBlock, Turn
 from sidekick_tools.chat.parser import parse
 from sidekick_tools.chat.render import result_lines
-from sidekick_tools.chat.reply import ReplyRenderer, apply_edit
+from sidekick_tools.chat.reply_render import ReplyRenderer, apply_edit
 from sidekick_tools.llm.request import build_request, encode_request
 from sidekick_tools.llm.stream import stream_reply
 from sidekick_tools.tools import REGISTRY

@@ -243,6 +243,18 @@ async def test_a_malformed_event_is_a_clear_error(protocol):
     assert builder.blocks() == [Text("fine so far")]
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_reply_that_is_no_event_stream_is_quoted(protocol):
+    not_sse = b'{"error": "model not loaded", "key": "' + KEY.encode() + b'"}'
+    async with FakeProvider([reply(raw_body=not_sse), reply(raw_body=b"")]) as fake:
+        _, _, error = await collect(request_for(fake, protocol))
+        _, _, empty = await collect(request_for(fake, protocol))
+    assert isinstance(error, StreamError) and error.kind == "malformed"
+    assert "answered without an event stream" in error.message
+    assert "model not loaded" in error.message and KEY not in error.message
+    assert isinstance(empty, StreamError) and empty.kind == "dropped"
+
+
 async def test_connection_refused():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

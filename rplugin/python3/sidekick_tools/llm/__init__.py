@@ -7,7 +7,7 @@ dependency, so tools and tasks keep working there with pynvim alone.
 
     request = build_request(lines, config["chat"], tools.REGISTRY.values())
     key = await resolve_key(request.provider.api_key)
-    renderer = ReplyRenderer()                       # chat/reply.py
+    renderer = ReplyRenderer()                       # chat/reply_render.py
     async for delta in client.stream(request, key, on_retry=show):   # ChatClient
         renderer.feed(delta)                         # every ~16 ms: renderer.take()
     renderer.finish()

@@ -191,15 +191,26 @@ class ChatClient:
                     raise await self._status_error(request, response, literals)
                 decoder = request.kind.decoder()
                 sse = SSEDecoder()
+                head = b""  # the body's start, to quote when it is no event stream
+                events = 0
                 async for chunk in response.aiter_bytes():
+                    if len(head) < 300:
+                        head += chunk[:300]
                     for event in sse.feed(chunk):
+                        events += 1
                         for delta in self._decode(decoder, event, literals):
                             yield delta
                     if decoder.done:
                         return
                 for event in sse.close():
+                    events += 1
                     for delta in self._decode(decoder, event, literals):
                         yield delta
+                if not events and head.strip():
+                    quoted = mask(head[:300].decode("utf-8", "replace").strip(), literals)
+                    raise StreamError(
+                        f"{where} answered without an event stream: {quoted}", kind="malformed"
+                    )
                 if not decoder.complete:
                     raise StreamError(
                         f"The connection to {where} closed before the reply was complete",
