@@ -171,7 +171,7 @@ class ReplyRenderer:
         """The edit that brings the buffer from the last taken state to now."""
         self._flush()
         edit = diff_edit(self._shown, self._lines, self._lo)
-        self._shown = list(self._lines)
+        self._shown = self._lines  # _flush builds a new list, never changes this one
         self._lo = len(self._lines)
         return edit
 
