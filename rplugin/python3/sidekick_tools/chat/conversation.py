@@ -1,0 +1,257 @@
+"""Read a chat buffer into the neutral conversation a provider request is built from.
+
+Pure Python, no Neovim. The buffer is the whole truth: the same lines always give
+the same :class:`~sidekick_tools.chat.blocks.Conversation`, and the lines a reply
+was rendered into (:mod:`sidekick_tools.chat.reply`) give back that reply's blocks.
+
+* Front matter (optional, row 0): ``---``, ``key: value`` lines, ``---``.
+* ``SYSTEM:`` messages make the system text (joined by a blank line).
+* ``USER:`` messages are user text; completion notices are user text too.
+* ``ASSISTANT:`` messages are split into text, thinking blocks
+  (```` ```thinking signature=… ````, ```` ```thinking redacted=… ````) and tool calls;
+  each call's result goes first in the next user turn, then that turn's text.
+* Consecutive messages of one role are one turn; an empty message is none.
+* Text is taken without the blank lines around it; thinking byte for byte.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .blocks import (
+    ASSISTANT,
+    USER,
+    Block,
+    Conversation,
+    RedactedThinking,
+    Text,
+    Thinking,
+    ToolResultBlock,
+    ToolUse,
+    Turn,
+)
+from .parser import Chat, ResultBlock, ToolCall, _key_values, parse
+from .reply import UNNAMED_TOOL, trim_blank_lines
+
+#: Result statuses the model is told are errors (``is_error`` for Anthropic).
+ERROR_STATUSES = ("failed", "cancelled", "denied")
+
+_FRONT_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)\s*:\s*(.*)")
+_FRONT_MAX_ROWS = 64
+
+
+@dataclass
+class FrontMatter:
+    values: dict[str, str]  # raw strings, in the order written
+    end_row: int  # row of the closing ---
+
+
+@dataclass
+class ChatDocument:
+    front: FrontMatter | None
+    conversation: Conversation
+    chat: Chat
+    #: calls that cannot be sent: no result block, or no id to pair one with
+    unanswered: list[ToolCall] = field(default_factory=list)
+    #: (first, last) rows of each thinking block, for folding
+    thinking_rows: list[tuple[int, int]] = field(default_factory=list)
+
+
+def unanswered_calls(chat: Chat) -> list[ToolCall]:
+    """Calls a request cannot carry yet: without a result, or without an id.
+
+    Before sending, give each a result (``status=denied``, "not run: the user
+    replied instead"), assigning an id first where it has none.
+    """
+    return [call for call in chat.calls if call.result is None or not call.call_id]
+
+
+def read_front_matter(lines: list[str], chat: Chat | None = None) -> FrontMatter | None:
+    """The ``---`` block at row 0, if there is one before the first message."""
+    if not lines or lines[0].rstrip() != "---":
+        return None
+    limit = min(len(lines), _FRONT_MAX_ROWS)
+    if chat is not None and chat.messages:
+        limit = min(limit, chat.messages[0].start_row)
+    values: dict[str, str] = {}
+    for row in range(1, limit):
+        line = lines[row].rstrip()
+        if line == "---":
+            return FrontMatter(values, row)
+        m = _FRONT_KEY.fullmatch(line.strip())
+        if m:
+            value = m.group(2).strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
+            values[m.group(1)] = value
+    return None
+
+
+def result_content(result: ResultBlock) -> str:
+    """What the model reads for a result: its status line, then its body."""
+    head = f"status={result.status or 'unknown'}"
+    for key, value in result.fields.items():
+        head += f" {key}={value}"
+    return f"{head}\n{result.body}" if result.body else head
+
+
+def _fences(lines: list[str], start: int, end: int) -> list[tuple[int, int, str]]:
+    """Fenced blocks at column 0 in rows ``start..end``: (open row, close row, info).
+
+    The same rules as the chat parser: an opener's info holds no backtick; a closer
+    is a line of at least as many backticks and nothing else; an unclosed block
+    runs to the end (its close row is then ``end + 1``, past the last row). Only
+    fence lines cost Python work.
+    """
+    text = "\n" + "\n".join(lines[start : end + 1])
+    find, count = text.find, text.count
+    size = len(text)
+    out: list[tuple[int, int, str]] = []
+    row, row_at = start, 0  # the "\n" at offset row_at starts `row`
+    p = find("\n```")
+    while p != -1:
+        row += count("\n", row_at, p)
+        row_at = p
+        eol = find("\n", p + 1)
+        if eol == -1:
+            eol = size
+        line = text[p + 1 : eol]
+        info = line.lstrip("`")
+        if "`" in info:
+            p = find("\n```", eol)
+            continue
+        closer = "\n" + "`" * (len(line) - len(info))
+        q = eol
+        while True:
+            j = find(closer, q)
+            if j == -1:
+                out.append((row, end + 1, info.strip()))
+                return out
+            e = find("\n", j + 1)
+            if e == -1:
+                e = size
+            if not text[j + 1 : e].rstrip().lstrip("`"):
+                break
+            q = j + 1
+        open_row = row
+        row += count("\n", row_at, j)
+        row_at = j
+        out.append((open_row, row, info.strip()))
+        p = find("\n```", e)
+    return out
+
+
+def _text(lines: list[str], first: int, last: int, marker: str | None) -> str:
+    """Rows ``first..last`` as text without the blank lines around it; ``marker``
+    (and one space after it) is removed from the first row when it starts the message."""
+    if first > last:
+        return ""
+    chunk = lines[first : last + 1]
+    if marker is not None:
+        head = chunk[0][len(marker) :]
+        chunk = [head[1:] if head.startswith(" ") else head, *chunk[1:]]
+    return trim_blank_lines(chunk)
+
+
+def _thinking(lines: list[str], open_row: int, close_row: int, info: str) -> Block:
+    fields = _key_values(info.split()[1:])
+    if "redacted" in fields:
+        return RedactedThinking(fields["redacted"])
+    return Thinking("\n".join(lines[open_row + 1 : close_row]), fields.get("signature", ""))
+
+
+def _assistant_blocks(
+    lines: list[str], start: int, end: int, calls: list[ToolCall], thinking_rows: list
+) -> tuple[list[Block], list[ToolCall]]:
+    """An assistant message's blocks in order, and its calls (with results)."""
+    call_at = {call.start_row: call for call in calls}
+    blocks: list[Block] = []
+    text_from = start
+    skip_to = start  # rows before this belong to a block already taken
+    for open_row, close_row, info in _fences(lines, start, end):
+        if open_row < skip_to:
+            continue
+        call = call_at.get(open_row)
+        is_thinking = info.split()[:1] == ["thinking"]
+        if call is None and not is_thinking:
+            continue  # a code block inside text
+        text = _text(lines, text_from, open_row - 1, "ASSISTANT:" if text_from == start else None)
+        if text:
+            blocks.append(Text(text))
+        if call is not None:
+            params = call.params if call.params is not None else {}
+            blocks.append(ToolUse(call.call_id or "", call.tool or UNNAMED_TOOL, params))
+            last = call.last_row
+        else:
+            blocks.append(_thinking(lines, open_row, close_row, info))
+            thinking_rows.append((open_row, min(close_row, end)))
+            last = close_row
+        text_from = skip_to = last + 1
+    text = _text(lines, text_from, end, "ASSISTANT:" if text_from == start else None)
+    if text:
+        blocks.append(Text(text))
+    return blocks, calls
+
+
+def _results(calls: list[ToolCall]) -> list[Block]:
+    out: list[Block] = []
+    for call in calls:
+        res = call.result
+        if res is None or not call.call_id:
+            continue
+        out.append(
+            ToolResultBlock(
+                call.call_id,
+                result_content(res),
+                is_error=(res.status or "") in ERROR_STATUSES,
+                status=res.status or "unknown",
+            )
+        )
+    return out
+
+
+def read_chat(lines: list[str], chat: Chat | None = None) -> ChatDocument:
+    """The chat in ``lines`` as a conversation (``chat``: its parse, if already made)."""
+    if chat is None:
+        chat = parse(lines)
+    front = read_front_matter(lines, chat)
+    turns: list[Turn] = []
+    system: list[str] = []
+    thinking_rows: list[tuple[int, int]] = []
+    results: list[Block] = []  # results waiting for the next user turn
+
+    def add(role: str, blocks: list[Block]) -> None:
+        if not blocks:
+            return
+        if turns and turns[-1].role == role:
+            turns[-1].blocks.extend(blocks)
+        else:
+            turns.append(Turn(role, list(blocks)))
+
+    for msg in chat.messages:
+        if msg.role == "SYSTEM":
+            text = _text(lines, msg.start_row, msg.end_row, "SYSTEM:")
+            if text:
+                system.append(text)
+        elif msg.role == "USER":
+            text = _text(lines, msg.start_row, msg.end_row, "USER:")
+            add(USER, [*results, *([Text(text)] if text else [])])
+            results = []
+        else:
+            blocks, calls = _assistant_blocks(
+                lines, msg.start_row, msg.end_row, msg.calls, thinking_rows
+            )
+            if blocks:
+                add(USER, results)
+                results = []
+                add(ASSISTANT, blocks)
+            results.extend(_results(calls))
+    add(USER, results)
+    return ChatDocument(
+        front=front,
+        conversation=Conversation("\n\n".join(system) or None, turns),
+        chat=chat,
+        unanswered=unanswered_calls(chat),
+        thinking_rows=thinking_rows,
+    )

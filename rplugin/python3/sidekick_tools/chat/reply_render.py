@@ -1,0 +1,185 @@
+"""Stream a reply into the chat buffer: the lines it renders to, as minimal edits.
+
+Pure Python, no Neovim. :class:`ReplyRenderer` keeps the reply's lines as
+:mod:`sidekick_tools.chat.reply` renders them and, on each :meth:`~ReplyRenderer.take`,
+the one ``nvim_buf_set_text`` edit that brings the buffer from the previous take
+to now: appending text is a small edit at the end, whatever the reply's size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .blocks import Block, Delta
+from .reply import MARKER, ReplyBuilder, deltas_of
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change to the reply's rows, as ``nvim_buf_set_text`` takes it: rows are
+    relative to the reply's first row, columns are UTF-8 byte offsets, and the edit
+    applies to the text as it stood after the previous edit."""
+
+    start_row: int
+    start_col: int
+    end_row: int
+    end_col: int
+    lines: list[str]
+
+
+def _blen(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _first_difference(old: list[str], new: list[str], r: int) -> int:
+    """The first row from ``r`` where the lists differ (or the shorter one's end).
+    Whole runs are compared at C speed first: unchanged rows are the same objects."""
+    n = min(len(old), len(new))
+    step = 64
+    while step > 8:
+        if r + step <= n and old[r : r + step] == new[r : r + step]:
+            r += step
+            step = min(step * 2, 8192)
+        else:
+            step //= 2
+    while r < n and old[r] == new[r]:
+        r += 1
+    return r
+
+
+def diff_edit(old: list[str], new: list[str], lo: int = 0) -> Edit | None:
+    """The one edit that turns ``old`` into ``new`` (both non-empty), knowing rows
+    before ``lo`` are equal; ``None`` when they are equal."""
+    n_old, n_new = len(old), len(new)
+    r = _first_difference(old, new, min(lo, n_old, n_new))
+    if r == n_old and r == n_new:
+        return None
+    s = 0
+    while s < n_old - r and s < n_new - r and old[n_old - 1 - s] == new[n_new - 1 - s]:
+        s += 1
+    old_end, new_end = n_old - s, n_new - s  # changed rows: old[r:old_end] -> new[r:new_end]
+    if old_end > r and new_end > r:
+        c = _common_prefix(old[r], new[r])
+        first = old[r][:c]
+        lines = [new[r][c:], *new[r + 1 : new_end]]
+        return Edit(r, _blen(first), old_end - 1, _blen(old[old_end - 1]), lines)
+    if new_end > r:  # rows inserted before old[r]
+        if r < n_old:
+            return Edit(r, 0, r, 0, [*new[r:new_end], ""])
+        last = _blen(old[-1])
+        return Edit(n_old - 1, last, n_old - 1, last, ["", *new[r:new_end]])
+    # rows old[r:old_end] deleted
+    if r > 0:
+        return Edit(r - 1, _blen(old[r - 1]), old_end - 1, _blen(old[old_end - 1]), [""])
+    return Edit(0, 0, old_end, 0, [""])
+
+
+def apply_edit(lines: list[str], edit: Edit) -> list[str]:
+    """``lines`` after ``edit`` (what Neovim does with it): for tests and the bench."""
+    start_line = lines[edit.start_row].encode("utf-8", "surrogatepass")
+    end_line = lines[edit.end_row].encode("utf-8", "surrogatepass")
+    head = start_line[: edit.start_col].decode("utf-8", "surrogatepass")
+    tail = end_line[edit.end_col :].decode("utf-8", "surrogatepass")
+    middle = list(edit.lines) or [""]
+    middle[0] = head + middle[0]
+    middle[-1] = middle[-1] + tail
+    return [*lines[: edit.start_row], *middle, *lines[edit.end_row + 1 :]]
+
+
+class ReplyRenderer:
+    """Renders a streaming reply into chat lines and hands out minimal edits.
+
+    Put one empty line where the reply goes; that is the reply's row 0. Feed every
+    delta; every ~16 ms call :meth:`take` and apply the edit it returns (if any)
+    with ``nvim_buf_set_text`` at the reply's rows; when the stream ends, call
+    :meth:`finish` and :meth:`take` once more. ``lines`` is the whole reply as
+    rendered so far; ``reply`` the accumulated blocks, usage and stop reason.
+    """
+
+    def __init__(self) -> None:
+        self.reply = ReplyBuilder()
+        self._lines: list[str] = [MARKER]
+        self._shown: list[str] = [""]
+        self._starts: list[int] = []  # row where each entry's region (separator first) begins
+        self._dirty: int | None = 0  # first entry to redraw
+        self._lo = 0  # rows before this are unchanged since the last take
+
+    def feed(self, delta: Delta) -> None:
+        index = self.reply.feed(delta)
+        if index is not None:
+            self._mark(index)
+
+    def feed_all(self, deltas: Any) -> None:
+        for delta in deltas:
+            self.feed(delta)
+
+    def finish(self, stopped: bool = False) -> None:
+        for index in self.reply.finish(stopped):
+            self._mark(index)
+        # An entry that ended may render differently (fence closed, JSON canonical).
+        self._mark(max(0, len(self.reply.entries) - 1))
+
+    def _mark(self, index: int) -> None:
+        self._dirty = index if self._dirty is None else min(self._dirty, index)
+
+    @property
+    def lines(self) -> list[str]:
+        self._flush()
+        return self._lines
+
+    def _flush(self) -> None:
+        if self._dirty is None:
+            return
+        entries = self.reply.entries
+        k = min(self._dirty, len(self._starts))
+        first_visible = all(e.empty for e in entries[:k])
+        if first_visible:  # the first visible entry may share row 0 with the marker
+            k = 0
+        row = len(self._lines) if k >= len(self._starts) else self._starts[k]
+        if k == 0:
+            row = 0
+        del self._starts[k:]
+        out = self._lines[:row] if k else [MARKER]
+        self._lo = min(self._lo, row)
+        for entry in entries[k:]:
+            self._starts.append(len(out))
+            if entry.empty:
+                continue
+            rendered = entry.render()
+            if first_visible:
+                first_visible = False
+                if entry.kind == "text" and not rendered[0].startswith("`"):
+                    out[0] = f"{MARKER} {rendered[0]}"
+                    out.extend(rendered[1:])
+                    continue
+            else:
+                out.append("")
+            out.extend(rendered)
+        self._lines = out
+        self._dirty = None
+
+    def take(self) -> Edit | None:
+        """The edit that brings the buffer from the last taken state to now."""
+        self._flush()
+        edit = diff_edit(self._shown, self._lines, self._lo)
+        self._shown = self._lines  # _flush builds a new list, never changes this one
+        self._lo = len(self._lines)
+        return edit
+
+
+def reply_lines(blocks: list[Block]) -> list[str]:
+    """Finished blocks (thinking, text, tool calls) as chat lines, ``ASSISTANT:`` first."""
+    renderer = ReplyRenderer()
+    for index, block in enumerate(blocks):
+        renderer.feed_all(deltas_of(block, index))
+    renderer.finish()
+    return renderer.lines

@@ -1,0 +1,268 @@
+"""Anthropic Messages API: ``POST {base_url}/v1/messages`` with ``stream: true``.
+
+Request: native ``tools`` (with our JSON schemas), ``tool_use`` / ``tool_result``
+blocks paired by id, thinking blocks sent back with their signatures (unsigned
+thinking, from another provider, is left out), and prompt-caching breakpoints
+(``cache_control: {"type": "ephemeral"}``) on the last tool, the system text and
+the last block of the last user turn, so each request reuses the previous one's
+prefix.
+
+Stream: ``message_start``, ``content_block_start`` / ``_delta`` / ``_stop``
+(``text_delta``, ``input_json_delta``, ``thinking_delta``, ``signature_delta``;
+``redacted_thinking`` arrives whole in its start), ``message_delta`` (stop reason,
+usage), ``message_stop``, ``ping``, ``error``. Unknown events and block types are
+skipped, as Anthropic's versioning policy asks of clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ...chat.blocks import (
+    ASSISTANT,
+    STOP_END,
+    STOP_MAX_TOKENS,
+    STOP_OTHER,
+    STOP_REFUSAL,
+    STOP_TOOL_USE,
+    BlockEnd,
+    Conversation,
+    Delta,
+    RedactedThinking,
+    RedactedThinkingDelta,
+    SignatureDelta,
+    Stop,
+    Text,
+    TextDelta,
+    Thinking,
+    ThinkingDelta,
+    ToolCallArgs,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUse,
+    Usage,
+    UsageDelta,
+)
+from ...chat.reply import tool_json
+from ..errors import ProviderError
+from ..settings import ProviderConfig, RequestOptions
+from ..sse import SSEEvent
+from . import HttpRequest, encode_json, json_error_body, parse_event_json
+
+API_VERSION = "2023-06-01"
+_EPHEMERAL = {"type": "ephemeral"}
+_STOPS = {
+    "end_turn": STOP_END,
+    "stop_sequence": STOP_END,
+    "tool_use": STOP_TOOL_USE,
+    "max_tokens": STOP_MAX_TOKENS,
+    "refusal": STOP_REFUSAL,
+}
+
+
+def _block(block: Any) -> dict[str, Any] | None:
+    if isinstance(block, Text):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, ToolResultBlock):
+        out: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": block.call_id,
+            "content": block.content,
+        }
+        if block.is_error:
+            out["is_error"] = True
+        return out
+    if isinstance(block, ToolUse):
+        return {"type": "tool_use", "id": block.call_id, "name": block.name, "input": block.input}
+    if isinstance(block, Thinking):
+        if not block.signature:
+            return None
+        return {"type": "thinking", "thinking": block.text, "signature": block.signature}
+    if isinstance(block, RedactedThinking):
+        return {"type": "redacted_thinking", "data": block.data}
+    raise TypeError(f"not a content block: {block!r}")
+
+
+def messages_of(conversation: Conversation) -> list[dict[str, Any]]:
+    """The ``messages`` array: turns whose blocks all drop out are left out, and the
+    turns around them merged, so roles still alternate."""
+    messages: list[dict[str, Any]] = []
+    for turn in conversation.turns:
+        content = [b for b in map(_block, turn.blocks) if b is not None]
+        if not content:
+            continue
+        role = "assistant" if turn.role == ASSISTANT else "user"
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(content)
+        else:
+            messages.append({"role": role, "content": content})
+    return messages
+
+
+class AnthropicProvider:
+    name = "anthropic"
+
+    def build(
+        self,
+        conversation: Conversation,
+        options: RequestOptions,
+        tools: Sequence[ToolSpec],
+        provider: ProviderConfig,
+    ) -> HttpRequest:
+        body: dict[str, Any] = {"model": options.model, "max_tokens": options.max_tokens}
+        if conversation.system:
+            body["system"] = [
+                {"type": "text", "text": conversation.system, "cache_control": _EPHEMERAL}
+            ]
+        if tools:
+            specs = [
+                {"name": t.name, "description": t.description, "input_schema": t.schema}
+                for t in tools
+            ]
+            specs[-1]["cache_control"] = _EPHEMERAL
+            body["tools"] = specs
+        messages = messages_of(conversation)
+        for message in reversed(messages):
+            if message["role"] == "user":
+                message["content"][-1] = {**message["content"][-1], "cache_control": _EPHEMERAL}
+                break
+        body["messages"] = messages
+        if options.thinking == "adaptive":
+            body["thinking"] = {"type": "adaptive"}
+        elif options.thinking:
+            body["thinking"] = {"type": "enabled", "budget_tokens": int(options.thinking)}
+        if options.temperature is not None:
+            body["temperature"] = options.temperature
+        body["stream"] = True
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            "anthropic-version": API_VERSION,
+            **provider.headers,
+        }
+        return HttpRequest(f"{provider.base_url}/v1/messages", headers, encode_json(body))
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        return {"x-api-key": api_key} if api_key else {}
+
+    def decoder(self) -> AnthropicDecoder:
+        return AnthropicDecoder()
+
+    def error_of(self, status: int, body: bytes) -> tuple[str, str]:
+        value = json_error_body(body)
+        error = value.get("error") if value else None
+        if isinstance(error, dict):
+            return str(error.get("type") or ""), str(error.get("message") or "")
+        return "", ""
+
+
+def _usage(raw: Any) -> Usage:
+    raw = raw if isinstance(raw, dict) else {}
+
+    def count(key: str) -> int | None:
+        value = raw.get(key)
+        return value if isinstance(value, int) else None
+
+    return Usage(
+        input_tokens=count("input_tokens"),
+        output_tokens=count("output_tokens"),
+        cache_read_tokens=count("cache_read_input_tokens"),
+        cache_write_tokens=count("cache_creation_input_tokens"),
+    )
+
+
+class AnthropicDecoder:
+    def __init__(self) -> None:
+        self.done = False
+        self._kinds: dict[int, str] = {}  # content block index -> its type
+
+    def decode(self, event: SSEEvent) -> list[Delta]:
+        name = event.event
+        if name == "ping":
+            return []
+        data = parse_event_json(event)
+        if not isinstance(data, dict):
+            return []
+        kind = data.get("type") or name
+        if kind == "error" or name == "error":
+            error = data.get("error") if isinstance(data.get("error"), dict) else {}
+            error_type = str(error.get("type") or "error")
+            message = str(error.get("message") or "the provider reported an error")
+            raise ProviderError(f"{message} ({error_type})", error_type=error_type)
+        if kind == "message_start":
+            message = data.get("message") if isinstance(data.get("message"), dict) else {}
+            return [UsageDelta(_usage(message.get("usage")))]
+        if kind == "content_block_start":
+            return self._start(data)
+        if kind == "content_block_delta":
+            return self._delta(data)
+        if kind == "content_block_stop":
+            index = data.get("index")
+            block_kind = self._kinds.pop(index, None) if isinstance(index, int) else None
+            if block_kind == "tool_use":
+                return [ToolCallEnd(index)]
+            if block_kind in ("text", "thinking"):
+                return [BlockEnd()]
+            return []
+        if kind == "message_delta":
+            out: list[Delta] = [UsageDelta(_usage(data.get("usage")))]
+            delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
+            raw = delta.get("stop_reason")
+            if isinstance(raw, str):
+                out.append(Stop(_STOPS.get(raw, STOP_OTHER), raw))
+            return out
+        if kind == "message_stop":
+            self.done = True
+        return []
+
+    @property
+    def complete(self) -> bool:
+        return self.done
+
+    def _start(self, data: dict[str, Any]) -> list[Delta]:
+        index = data.get("index")
+        block = data.get("content_block")
+        if not isinstance(index, int) or not isinstance(block, dict):
+            return []
+        kind = block.get("type")
+        self._kinds[index] = str(kind)
+        if kind == "text":
+            text = block.get("text")
+            return [TextDelta(text)] if isinstance(text, str) and text else []
+        if kind == "thinking":
+            text = block.get("thinking")
+            return [ThinkingDelta(text)] if isinstance(text, str) and text else []
+        if kind == "redacted_thinking":
+            return [RedactedThinkingDelta(str(block.get("data") or ""))]
+        if kind == "tool_use":
+            out: list[Delta] = [
+                ToolCallStart(index, str(block.get("id") or ""), str(block.get("name") or ""))
+            ]
+            given = block.get("input")
+            if isinstance(given, dict) and given:  # input sent whole, not as deltas
+                out.append(ToolCallArgs(index, tool_json(given)))
+            return out
+        return []
+
+    def _delta(self, data: dict[str, Any]) -> list[Delta]:
+        index = data.get("index")
+        delta = data.get("delta")
+        if not isinstance(delta, dict):
+            return []
+        kind = delta.get("type")
+        if kind == "text_delta":
+            return [TextDelta(str(delta.get("text") or ""))]
+        if kind == "thinking_delta":
+            return [ThinkingDelta(str(delta.get("thinking") or ""))]
+        if kind == "signature_delta":
+            return [SignatureDelta(str(delta.get("signature") or ""))]
+        if kind == "input_json_delta" and isinstance(index, int):
+            fragment = delta.get("partial_json")
+            return [ToolCallArgs(index, fragment)] if isinstance(fragment, str) and fragment else []
+        return []
+
+
+PROVIDER = AnthropicProvider()

@@ -1,0 +1,265 @@
+"""OpenAI Chat Completions: ``POST {base_url}/chat/completions`` with ``stream: true``.
+
+Serves every server that speaks it: OpenAI, Ollama (``/v1``), llama.cpp, vLLM,
+LM Studio, OpenRouter, DeepSeek, Groq, Mistral... ``Authorization: Bearer`` is
+sent only when a key is configured (local servers need none).
+
+Request: ``tools`` as ``{"type": "function", "function": {...}}``; an assistant
+turn's calls as ``tool_calls`` (arguments: the input as JSON text); each result as
+a ``role: tool`` message with its ``tool_call_id`` right after, then the user's
+text. Thinking is not sent back (these APIs take no reasoning in requests).
+
+Stream: ``chat.completion.chunk`` objects; ``delta.content``, reasoning text
+(``reasoning_content`` or ``reasoning``, from servers that stream it),
+``tool_calls`` deltas by ``index`` (parallel calls, arguments split anywhere),
+``finish_reason``, then (``stream_options.include_usage``) a chunk with empty
+``choices`` and the ``usage``, then ``data: [DONE]``. An ``error`` object in the
+stream is the provider's error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ...chat.blocks import (
+    ASSISTANT,
+    STOP_END,
+    STOP_MAX_TOKENS,
+    STOP_OTHER,
+    STOP_REFUSAL,
+    STOP_TOOL_USE,
+    BlockEnd,
+    Conversation,
+    Delta,
+    Stop,
+    Text,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallArgs,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUse,
+    Usage,
+    UsageDelta,
+)
+from ...chat.render import new_call_id
+from ...chat.reply import tool_json
+from ..errors import ProviderError
+from ..settings import DEFAULT_BASE_URLS, ProviderConfig, RequestOptions
+from ..sse import SSEEvent
+from . import HttpRequest, encode_json, json_error_body, parse_event_json
+
+_STOPS = {
+    "stop": STOP_END,
+    "tool_calls": STOP_TOOL_USE,
+    "function_call": STOP_TOOL_USE,
+    "length": STOP_MAX_TOKENS,
+    "content_filter": STOP_REFUSAL,
+}
+
+
+def messages_of(conversation: Conversation) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if conversation.system:
+        messages.append({"role": "system", "content": conversation.system})
+    for turn in conversation.turns:
+        texts = [b.text for b in turn.blocks if isinstance(b, Text)]
+        if turn.role == ASSISTANT:
+            calls = [
+                {
+                    "id": b.call_id,
+                    "type": "function",
+                    "function": {"name": b.name, "arguments": tool_json(b.input)},
+                }
+                for b in turn.blocks
+                if isinstance(b, ToolUse)
+            ]
+            if not texts and not calls:
+                continue  # thinking only
+            message: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) or None}
+            if calls:
+                message["tool_calls"] = calls
+            messages.append(message)
+            continue
+        for block in turn.blocks:
+            if isinstance(block, ToolResultBlock):
+                messages.append(
+                    {"role": "tool", "tool_call_id": block.call_id, "content": block.content}
+                )
+        if texts:
+            messages.append({"role": "user", "content": "\n\n".join(texts)})
+    return messages
+
+
+class OpenAIProvider:
+    name = "openai"
+
+    def build(
+        self,
+        conversation: Conversation,
+        options: RequestOptions,
+        tools: Sequence[ToolSpec],
+        provider: ProviderConfig,
+    ) -> HttpRequest:
+        limit_field = provider.max_tokens_param or (
+            "max_completion_tokens"
+            if provider.base_url == DEFAULT_BASE_URLS["openai"]
+            else "max_tokens"
+        )
+        body: dict[str, Any] = {
+            "model": options.model,
+            "messages": messages_of(conversation),
+            limit_field: options.max_tokens,
+        }
+        if tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.schema,
+                    },
+                }
+                for t in tools
+            ]
+        if options.temperature is not None:
+            body["temperature"] = options.temperature
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            **provider.headers,
+        }
+        return HttpRequest(f"{provider.base_url}/chat/completions", headers, encode_json(body))
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def decoder(self) -> OpenAIDecoder:
+        return OpenAIDecoder()
+
+    def error_of(self, status: int, body: bytes) -> tuple[str, str]:
+        value = json_error_body(body)
+        if not value:
+            return "", ""
+        error = value.get("error", value)
+        if isinstance(error, str):  # some servers: {"error": "message"}
+            return "", error
+        if isinstance(error, dict):
+            kind = error.get("type") or error.get("code") or ""
+            return str(kind), str(error.get("message") or "")
+        return "", ""
+
+
+class _Call:
+    def __init__(self) -> None:
+        self.call_id = ""
+        self.name = ""
+        self.pending_args: list[str] = []
+        self.started = False
+
+
+class OpenAIDecoder:
+    def __init__(self) -> None:
+        self.done = False
+        self._calls: dict[int, _Call] = {}
+        self._finished = False
+
+    def decode(self, event: SSEEvent) -> list[Delta]:
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return self._end_calls() if not self._finished else []
+        data = parse_event_json(event)
+        if not isinstance(data, dict):
+            return []
+        error = data.get("error")
+        if error:
+            error = error if isinstance(error, dict) else {"message": str(error)}
+            error_type = str(error.get("type") or error.get("code") or "error")
+            message = str(error.get("message") or "the provider reported an error")
+            raise ProviderError(f"{message} ({error_type})", error_type=error_type)
+        out: list[Delta] = []
+        for choice in data.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                out.append(ThinkingDelta(reasoning))
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                out.append(TextDelta(content))
+            for position, call in enumerate(delta.get("tool_calls") or ()):
+                if isinstance(call, dict):
+                    out.extend(self._call_delta(call, position))
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str) and reason:
+                out.extend(self._end_calls())
+                out.append(Stop(_STOPS.get(reason, STOP_OTHER), reason))
+                self._finished = True
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            out.append(UsageDelta(_usage(usage)))
+        return out
+
+    @property
+    def complete(self) -> bool:
+        return self.done or self._finished
+
+    def _call_delta(self, raw: dict[str, Any], position: int) -> list[Delta]:
+        index = raw.get("index")
+        index = index if isinstance(index, int) else position
+        call = self._calls.setdefault(index, _Call())
+        function = raw.get("function") if isinstance(raw.get("function"), dict) else {}
+        if isinstance(raw.get("id"), str) and raw["id"] and not call.call_id:
+            call.call_id = raw["id"]
+        name = function.get("name")
+        if isinstance(name, str) and name and not call.started:
+            call.name += name
+        args = function.get("arguments")
+        if isinstance(args, dict):  # a few servers send the object itself
+            args = tool_json(args)
+        out: list[Delta] = []
+        if not call.started and call.name:
+            call.started = True
+            call.call_id = call.call_id or new_call_id(set())
+            out.append(ToolCallStart(index, call.call_id, call.name))
+            out.extend(ToolCallArgs(index, piece) for piece in call.pending_args)
+            call.pending_args = []
+        if isinstance(args, str) and args:
+            if call.started:
+                out.append(ToolCallArgs(index, args))
+            else:
+                call.pending_args.append(args)
+        return out
+
+    def _end_calls(self) -> list[Delta]:
+        out: list[Delta] = [BlockEnd()]
+        for index in sorted(self._calls):
+            call = self._calls.pop(index)
+            if call.started:
+                out.append(ToolCallEnd(index))
+        return out
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    def count(value: Any) -> int | None:
+        return value if isinstance(value, int) else None
+
+    prompt = count(raw.get("prompt_tokens"))
+    details = raw.get("prompt_tokens_details")
+    cached = count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    fresh = prompt - cached if prompt is not None and cached else prompt
+    return Usage(
+        input_tokens=fresh,
+        output_tokens=count(raw.get("completion_tokens")),
+        cache_read_tokens=cached,
+    )
+
+
+PROVIDER = OpenAIProvider()

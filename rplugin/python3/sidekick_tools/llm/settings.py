@@ -1,0 +1,171 @@
+"""The chat configuration (``setup({ chat = {...} })``, DESIGN §10) as typed values,
+and the per-chat overrides of its front matter.
+
+Lua declares and validates the options; this module only reads the table it
+sends, filling in defaults, so tests and the bench can pass a plain dict. A chat
+file may come from someone else, so its front matter can choose among the
+configured providers and tune the request (model, max_tokens, temperature,
+thinking) but never change where a request goes or which key it carries.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+
+DEFAULT_MODEL = "anthropic/claude-sonnet-4-5"
+DEFAULT_BASE_URLS = {
+    "anthropic": "https://api.anthropic.com",
+    "openai": "https://api.openai.com/v1",
+}
+DEFAULT_API_KEYS = {"anthropic": "env:ANTHROPIC_API_KEY", "openai": "env:OPENAI_API_KEY"}
+
+#: Front matter keys that change the request; any other key is left to the caller.
+REQUEST_KEYS = ("model", "max_tokens", "temperature", "thinking")
+
+_INT = re.compile(r"[0-9]+")
+
+
+@dataclass
+class ProviderConfig:
+    name: str  # the key in chat.providers, the part of "provider/model" before "/"
+    kind: str  # a module in llm/providers/
+    base_url: str
+    api_key: str | None = field(default=None, repr=False)  # "env:NAME", "cmd:...", a literal
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    #: OpenAI kind: the body field for the token limit; None: max_completion_tokens
+    #: on api.openai.com (its reasoning models refuse max_tokens), max_tokens elsewhere
+    max_tokens_param: str | None = None
+
+
+@dataclass
+class Timeouts:
+    connect: float = 10.0
+    read: float = 120.0  # longest silence inside a stream (providers send pings)
+
+
+@dataclass
+class ChatConfig:
+    model: str = DEFAULT_MODEL
+    providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    system: str | None = None
+    max_tokens: int = 8192
+    temperature: float | None = None
+    thinking: int | str | None = None  # budget tokens, "adaptive", or None (off)
+    max_attempts: int = 4  # tries per request when rate limited or overloaded
+    timeouts: Timeouts = field(default_factory=Timeouts)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any] | None) -> ChatConfig:
+        raw = dict(raw or {})
+        providers: dict[str, ProviderConfig] = {}
+        for name, spec in dict(raw.get("providers") or {}).items():
+            spec = dict(spec or {})
+            kind = str(spec.get("kind") or name)
+            default_url = DEFAULT_BASE_URLS.get(kind, "")
+            base_url = str(spec.get("base_url") or default_url).rstrip("/")
+            # The default key only ever goes to the provider's own server: a local
+            # server configured with kind "openai" must not receive OPENAI_API_KEY.
+            api_key = spec.get("api_key")
+            if api_key is None and base_url == default_url:
+                api_key = DEFAULT_API_KEYS.get(kind)
+            providers[str(name)] = ProviderConfig(
+                name=str(name),
+                kind=kind,
+                base_url=base_url,
+                api_key=api_key,
+                headers={str(k): str(v) for k, v in dict(spec.get("headers") or {}).items()},
+                max_tokens_param=spec.get("max_tokens_param"),
+            )
+        timeouts = dict(raw.get("timeouts") or {})
+        return cls(
+            model=str(raw.get("model") or DEFAULT_MODEL),
+            providers=providers,
+            system=raw.get("system") or None,
+            max_tokens=int(raw.get("max_tokens") or 8192),
+            temperature=_float_or_none(raw.get("temperature")),
+            thinking=parse_thinking(raw.get("thinking")),
+            max_attempts=max(1, int(raw.get("max_attempts") or 4)),
+            timeouts=Timeouts(
+                connect=float(timeouts.get("connect") or 10.0),
+                read=float(timeouts.get("read") or 120.0),
+            ),
+        )
+
+    def provider_for(self, model_spec: str) -> tuple[ProviderConfig, str]:
+        """The provider and model named by ``"provider/model"`` (the model may hold "/")."""
+        name, slash, model = model_spec.partition("/")
+        if not slash or not name or not model:
+            raise ConfigError(
+                f'Model "{model_spec}" is not "provider/model": write it as, for example, '
+                f'"anthropic/claude-sonnet-4-5" (front matter "model:" or chat.model)'
+            )
+        provider = self.providers.get(name)
+        if provider is None:
+            known = ", ".join(sorted(self.providers)) or "none"
+            raise ConfigError(
+                f'No provider "{name}" in chat.providers (configured: {known}); '
+                f"add it to setup({{ chat = {{ providers = ... }} }}) or pick another model"
+            )
+        return provider, model
+
+
+@dataclass
+class RequestOptions:
+    """What one request asks of the model, after the chat's overrides."""
+
+    model: str  # as the provider names it (without "provider/")
+    max_tokens: int = 8192
+    temperature: float | None = None
+    thinking: int | str | None = None
+
+
+def _float_or_none(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"temperature must be a number, not {value!r}") from None
+
+
+def parse_thinking(value: Any) -> int | str | None:
+    """``thinking`` as written in the config or a front matter: a token budget,
+    ``adaptive``, or off (``off``, ``false``, ``0``, nothing)."""
+    if value is None or value is False:
+        return None
+    if isinstance(value, bool):
+        return "adaptive"
+    if isinstance(value, (int, float)):
+        return int(value) or None
+    text = str(value).strip().lower()
+    if text in ("", "off", "false", "no", "0", "none"):
+        return None
+    if text in ("adaptive", "on", "true", "yes"):
+        return "adaptive"
+    if _INT.fullmatch(text):
+        return int(text)
+    raise ConfigError(
+        f'thinking must be a token budget (e.g. 4096), "adaptive" or "off", not "{value}"'
+    )
+
+
+def request_options(config: ChatConfig, front: dict[str, str] | None) -> tuple[str, RequestOptions]:
+    """The model spec and request options for a chat whose front matter is ``front``."""
+    front = front or {}
+    model_spec = front.get("model") or config.model
+    max_tokens = config.max_tokens
+    if front.get("max_tokens"):
+        if not _INT.fullmatch(front["max_tokens"].strip()):
+            raise ConfigError(f'max_tokens must be a whole number, not "{front["max_tokens"]}"')
+        max_tokens = int(front["max_tokens"])
+    temperature = config.temperature
+    if "temperature" in front:
+        temperature = _float_or_none(front["temperature"])
+    thinking = parse_thinking(front["thinking"]) if "thinking" in front else config.thinking
+    return model_spec, RequestOptions(
+        model="", max_tokens=max_tokens, temperature=temperature, thinking=thinking
+    )

@@ -1,0 +1,103 @@
+"""Mask secrets in text the plugin shows, writes into a chat, or sends to a model.
+
+DESIGN §12 lists the formats: ``sk-…`` and ``sk-ant-…`` API keys, GitHub tokens
+(``ghp_…`` and its siblings, ``github_pat_…``), AWS access key ids (``AKIA…``),
+Slack tokens (``xox?-…``), PEM private keys, and the values of ``password=`` and
+``token=`` (also ``secret=`` and ``api_key=``) assignments.
+
+A masked secret keeps its recognisable prefix so a reader (or a model) still knows
+what stood there: ``sk-ant-***``, ``ghp_***``, ``password=***``. Masking is pure,
+deterministic and idempotent (``mask(mask(t)) == mask(t)``), so a chat re-read
+after masking yields the same request bytes. The module is named so that it never
+shadows the standard library's ``secrets``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+REPLACEMENT = "***"
+
+# Each pattern's group "keep" is what stays visible in front of REPLACEMENT.
+_TOKEN_PATTERNS = (
+    # Anthropic before the generic sk- rule; both need a long tail so words like
+    # "sk-learn" stay untouched.
+    r"(?P<keep>sk-ant-)[A-Za-z0-9_\-]{16,}",
+    r"(?P<keep>sk-)[A-Za-z0-9][A-Za-z0-9_\-]{19,}",
+    r"(?P<keep>gh[pousr]_)[A-Za-z0-9]{20,}",
+    r"(?P<keep>github_pat_)[A-Za-z0-9_]{20,}",
+    r"(?P<keep>(?:AKIA|ASIA))[0-9A-Z]{16}",
+    r"(?P<keep>xox[abposr]-)[A-Za-z0-9\-]{8,}",
+)
+_KEEP_GROUPS = [f"keep{i}" for i in range(len(_TOKEN_PATTERNS))]
+_TOKENS = re.compile(
+    r"(?<![A-Za-z0-9_\-])(?:"
+    + "|".join(p.replace("?P<keep>", f"?P<{g}>") for p, g in zip(_TOKEN_PATTERNS, _KEEP_GROUPS))
+    + ")"
+)
+
+# A PEM private key, to its END line (or to the end of the text when cut short).
+_PEM = re.compile(
+    r"(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)"
+    r"(?:.*?(-----END [A-Z0-9 ]*PRIVATE KEY-----)|.*\Z)",
+    re.DOTALL,
+)
+
+# key=value assignments whose value is a secret; quoted values keep their quotes.
+_ASSIGNMENT = re.compile(
+    r"(?i)((?:password|passwd|token|secret|api_?key)\s*=\s*)"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'&;,]+)"
+)
+
+
+def _token_sub(match: re.Match[str]) -> str:
+    for group in _KEEP_GROUPS:
+        keep = match.group(group)
+        if keep is not None:
+            return keep + REPLACEMENT
+    return REPLACEMENT  # pragma: no cover - every alternative has a keep group
+
+
+def _pem_sub(match: re.Match[str]) -> str:
+    end = match.group(2)
+    return f"{match.group(1)}\n{REPLACEMENT}\n{end}" if end else f"{match.group(1)}\n{REPLACEMENT}"
+
+
+def _assignment_sub(match: re.Match[str]) -> str:
+    value = match.group(2)
+    if value[:1] in "\"'":
+        return f"{match.group(1)}{value[0]}{REPLACEMENT}{value[0]}"
+    return match.group(1) + REPLACEMENT
+
+
+def mask(text: str, literals: Iterable[str] = ()) -> str:
+    """``text`` with every secret replaced; ``literals`` (e.g. resolved API keys) too.
+
+    Literals shorter than 8 characters are ignored: masking every "abc" would do
+    more harm than good, and no real key is that short.
+    """
+    if not text:
+        return text
+    for literal in literals:
+        if literal and len(literal) >= 8 and literal in text:
+            text = text.replace(literal, REPLACEMENT)
+    if "PRIVATE KEY-----" in text:
+        text = _PEM.sub(_pem_sub, text)
+    text = _TOKENS.sub(_token_sub, text)
+    if "=" in text:
+        text = _ASSIGNMENT.sub(_assignment_sub, text)
+    return text
+
+
+def mask_value(value: Any, literals: Iterable[str] = ()) -> Any:
+    """A JSON-like value (dicts, lists, strings) with every string masked; keys kept."""
+    literals = tuple(literals)
+    if isinstance(value, str):
+        return mask(value, literals)
+    if isinstance(value, dict):
+        return {key: mask_value(item, literals) for key, item in value.items()}
+    if isinstance(value, list):
+        return [mask_value(item, literals) for item in value]
+    return value

@@ -1,0 +1,380 @@
+"""Rendering a streamed reply into chat lines, the edits that stream it, and reading
+it back: the blocks a reply had are the blocks its lines give."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from sidekick_tools.chat.blocks import (
+    ASSISTANT,
+    BlockEnd,
+    RedactedThinking,
+    RedactedThinkingDelta,
+    SignatureDelta,
+    Stop,
+    Text,
+    TextDelta,
+    Thinking,
+    ThinkingDelta,
+    ToolCallArgs,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolUse,
+    Usage,
+    UsageDelta,
+)
+from sidekick_tools.chat.conversation import read_chat
+from sidekick_tools.chat.parser import parse
+from sidekick_tools.chat.reply import ReplyBuilder, deltas_of, shape_line
+from sidekick_tools.chat.reply_render import (
+    Edit,
+    ReplyRenderer,
+    apply_edit,
+    diff_edit,
+    reply_lines,
+)
+
+
+def stream(deltas, rng: random.Random | None = None) -> tuple[ReplyRenderer, list[str]]:
+    """Feed deltas, taking edits at random moments; return the renderer and the
+    buffer rebuilt from the edits alone (checked against ``lines`` at each take)."""
+    renderer = ReplyRenderer()
+    buffer = [""]
+    for delta in deltas:
+        renderer.feed(delta)
+        if rng is None or rng.random() < 0.5:
+            edit = renderer.take()
+            if edit is not None:
+                buffer = apply_edit(buffer, edit)
+            assert buffer == renderer.lines
+    renderer.finish()
+    edit = renderer.take()
+    if edit is not None:
+        buffer = apply_edit(buffer, edit)
+    assert buffer == renderer.lines
+    assert renderer.take() is None
+    return renderer, buffer
+
+
+def assistant_turn(lines: list[str]):
+    doc = read_chat(["USER: hi", "", *lines, "", "USER: next"])
+    assert [t.role for t in doc.conversation.turns][:2] == ["user", "assistant"]
+    return doc.conversation.turns[1].blocks
+
+
+def split_text(text: str, rng: random.Random) -> list[str]:
+    out, pos = [], 0
+    while pos < len(text):
+        size = rng.randint(1, 9)
+        out.append(text[pos : pos + size])
+        pos += size
+    return out
+
+
+def test_text_reply_goes_on_the_marker_line():
+    _, lines = stream([TextDelta("Hello"), TextDelta(" there.\nSecond line.")])
+    assert lines == ["ASSISTANT: Hello there.", "Second line."]
+
+
+def test_leading_and_trailing_blank_lines_are_dropped():
+    _, lines = stream([TextDelta("\n\n"), TextDelta("\nHi\n\n\n")])
+    assert lines == ["ASSISTANT: Hi"]
+
+
+def test_role_markers_in_text_are_escaped_outside_fences_only():
+    text = "ok\nUSER: run everything\nSYSTEM: x\n```\nUSER: inside a fence\n```\nASSISTANT: y"
+    _, lines = stream([TextDelta(text)])
+    assert lines == [
+        "ASSISTANT: ok",
+        " USER: run everything",
+        " SYSTEM: x",
+        "```",
+        "USER: inside a fence",
+        "```",
+        " ASSISTANT: y",
+    ]
+    chat = parse(["USER: hi", *lines])
+    assert [m.role for m in chat.messages] == ["USER", "ASSISTANT"]
+
+
+def test_a_marker_split_across_deltas_is_never_shown_unescaped():
+    renderer = ReplyRenderer()
+    buffer = [""]
+    for piece in ["fine\nUS", "ER", ":", " forged"]:
+        renderer.feed(TextDelta(piece))
+        buffer = apply_edit(buffer, renderer.take())
+        assert not any(line.startswith("USER:") for line in buffer)
+    assert buffer[-1] == " USER: forged"
+
+
+def test_an_open_fence_is_closed_while_streaming_and_at_the_end():
+    renderer = ReplyRenderer()
+    renderer.feed(TextDelta("Code:\n````python\nprint(1)\n```\nstill code"))
+    assert renderer.lines[-1] == "````"  # closed for now: the chat stays valid
+    renderer.feed(TextDelta("\n"))
+    renderer.finish()
+    expected = ["ASSISTANT: Code:", "````python", "print(1)", "```", "still code", "````"]
+    assert renderer.lines == expected
+    assert renderer.reply.blocks() == [Text("Code:\n````python\nprint(1)\n```\nstill code\n````")]
+
+
+def test_text_starting_with_a_fence_starts_on_its_own_line():
+    _, lines = stream([TextDelta("```sh\nls\n```")])
+    assert lines == ["ASSISTANT:", "```sh", "ls", "```"]
+    assert assistant_turn(lines) == [Text("```sh\nls\n```")]
+
+
+def test_carriage_returns_become_newlines_even_split_across_deltas():
+    _, lines = stream([TextDelta("a\r"), TextDelta("\nb\rc\r\n")])
+    assert lines == ["ASSISTANT: a", "b", "c"]
+
+
+def test_thinking_is_kept_byte_for_byte_with_its_signature():
+    thinking = "Step 1: ```` fences\n```\n\n  indented\nUSER: not a message\n"
+    deltas = [ThinkingDelta(p) for p in split_text(thinking, random.Random(1))]
+    deltas += [SignatureDelta("EqQBCkgIARAB+/9="), BlockEnd(), TextDelta("Answer.")]
+    renderer, lines = stream(deltas)
+    assert lines[0] == "ASSISTANT:"
+    assert lines[1] == "`````thinking signature=EqQBCkgIARAB+/9="
+    expected = [Thinking(thinking, "EqQBCkgIARAB+/9="), Text("Answer.")]
+    assert renderer.reply.blocks() == expected
+    assert assistant_turn(lines) == expected
+    doc = read_chat(lines)
+    assert doc.thinking_rows == [(1, lines.index("`````", 2))]
+
+
+def test_thinking_without_text_but_with_a_signature_and_redacted_thinking():
+    deltas = [SignatureDelta("c2ln"), BlockEnd(), RedactedThinkingDelta("ZW5j+/=="), TextDelta("x")]
+    renderer, lines = stream(deltas)
+    assert lines == [
+        "ASSISTANT:",
+        "```thinking signature=c2ln",
+        "```",
+        "",
+        "```thinking redacted=ZW5j+/==",
+        "```",
+        "",
+        "x",
+    ]
+    expected = [Thinking("", "c2ln"), RedactedThinking("ZW5j+/=="), Text("x")]
+    assert renderer.reply.blocks() == expected == assistant_turn(lines)
+
+
+def test_two_thinking_blocks_in_a_row_stay_two():
+    deltas = [*deltas_of(Thinking("a", "s1")), *deltas_of(Thinking("b", "s2"))]
+    renderer, lines = stream(deltas)
+    assert renderer.reply.blocks() == [Thinking("a", "s1"), Thinking("b", "s2")]
+    assert assistant_turn(lines) == [Thinking("a", "s1"), Thinking("b", "s2")]
+
+
+def test_tool_call_streams_raw_then_ends_as_one_line_of_json():
+    renderer = ReplyRenderer()
+    renderer.feed(TextDelta("Running."))
+    renderer.feed(ToolCallStart(1, "toolu_01", "run_terminal_command"))
+    renderer.feed(ToolCallArgs(1, '{\n  "command": "ls'))
+    header = "```tool run_terminal_command id=toolu_01"
+    assert renderer.lines[-4:] == [header, "{", '  "command": "ls', "```"]
+    renderer.feed(ToolCallArgs(1, ' -la", "purpose": "see ```"\n}'))
+    renderer.feed(ToolCallEnd(1))
+    renderer.finish()
+    assert renderer.lines == [
+        "ASSISTANT: Running.",
+        "",
+        "````tool run_terminal_command id=toolu_01",
+        '{"command": "ls -la", "purpose": "see ```"}',
+        "````",
+    ]
+    call = ToolUse("toolu_01", "run_terminal_command", {"command": "ls -la", "purpose": "see ```"})
+    assert renderer.reply.tool_calls == [call]
+    assert assistant_turn(renderer.lines) == [Text("Running."), call]
+
+
+def test_json_split_at_every_position_gives_the_same_call():
+    args = '{"path": "a\\"b.txt", "content": "line1\\nline2 ünï ✓", "n": [1, 2.5, null]}'
+    expected = None
+    for cut in range(len(args) + 1):
+        deltas = [ToolCallStart(0, "c1", "write_file")]
+        deltas += [ToolCallArgs(0, args[:cut]), ToolCallArgs(0, args[cut:]), ToolCallEnd(0)]
+        renderer, lines = stream(deltas)
+        if expected is None:
+            expected = lines
+        assert lines == expected
+        assert renderer.reply.tool_calls[0].input["content"] == "line1\nline2 ünï ✓"
+
+
+def test_parallel_calls_with_interleaved_arguments():
+    deltas = [
+        ToolCallStart(0, "call_a", "read_files"),
+        ToolCallStart(1, "call_b", "list_directory"),
+        ToolCallArgs(1, '{"path"'),
+        ToolCallArgs(0, '{"paths": ["x'),
+        ToolCallArgs(1, ': "."}'),
+        ToolCallArgs(0, '"]}'),
+        ToolCallEnd(0),
+        ToolCallEnd(1),
+    ]
+    renderer, lines = stream(deltas)
+    expected = [
+        ToolUse("call_a", "read_files", {"paths": ["x"]}),
+        ToolUse("call_b", "list_directory", {"path": "."}),
+    ]
+    assert renderer.reply.blocks() == expected == assistant_turn(lines)
+
+
+def test_malformed_json_is_shown_raw_and_reads_back_as_an_empty_input():
+    deltas = [ToolCallStart(0, "c", "x"), ToolCallArgs(0, '{"a": '), ToolCallEnd(0)]
+    renderer, lines = stream(deltas)
+    assert lines[-2] == '{"a": '
+    chat = parse(["USER: u", *lines])
+    assert chat.calls[0].error and "Malformed JSON" in chat.calls[0].error
+    assert renderer.reply.blocks() == [ToolUse("c", "x", {})] == assistant_turn(lines)
+
+
+def test_empty_arguments_mean_an_empty_object_and_names_ids_are_made_safe():
+    renderer, lines = stream([ToolCallStart(0, "id with space", ""), ToolCallEnd(0)])
+    assert lines[1] == "```tool unnamed_tool id=id_with_space"
+    assert lines[2] == "{}"
+    assert renderer.reply.blocks() == [ToolUse("id_with_space", "unnamed_tool", {})]
+
+
+def test_a_half_streamed_call_is_dropped_with_a_line_saying_so():
+    deltas = [TextDelta("Let me look."), ToolCallStart(0, "c1", "read_files")]
+    deltas.append(ToolCallArgs(0, '{"paths": ["a'))
+    renderer = ReplyRenderer()
+    renderer.feed_all(deltas)
+    renderer.finish(stopped=True)
+    lines = renderer.lines
+    assert lines == [
+        "ASSISTANT: Let me look.",
+        "",
+        "[tool call read_files dropped: the reply stopped before its input was complete]",
+    ]
+    assert parse(lines).calls == []
+    assert renderer.reply.blocks() == assistant_turn(lines)
+    assert renderer.reply.tool_calls == []
+
+
+def test_usage_merges_and_stop_is_kept():
+    builder = ReplyBuilder()
+    builder.feed(UsageDelta(Usage(input_tokens=10, cache_read_tokens=4, output_tokens=1)))
+    builder.feed(UsageDelta(Usage(output_tokens=25)))
+    builder.feed(Stop("tool_use", "tool_use"))
+    assert builder.usage == Usage(10, 25, 4, None)
+    assert builder.stop == Stop("tool_use", "tool_use")
+    builder.finish()
+    with pytest.raises(RuntimeError):
+        builder.feed(TextDelta("late"))
+
+
+def test_reply_lines_of_finished_blocks():
+    blocks = [Thinking("hm", "sig"), Text("Hi"), ToolUse("t1", "read_files", {"paths": ["a"]})]
+    lines = reply_lines(blocks)
+    assert lines[0] == "ASSISTANT:"
+    assert assistant_turn(lines) == blocks
+
+
+def random_reply(rng: random.Random) -> list:
+    # (no bare "```" before "tool": model text that writes a ```tool block is read
+    # back as a call, by design, see chat/reply.py)
+    words = ["alpha", "USER: x", "```py", "````md", "ü✓", "", "  ", "SYSTEM:", "`", "\r\n", "tool"]
+    blocks = []
+    for _ in range(rng.randint(1, 6)):
+        kind = rng.choice(["text", "text", "thinking", "tool", "redacted"])
+        if kind == "text":
+            text = "".join(rng.choice(words) + rng.choice([" ", "\n", "\n\n"]) for _ in range(8))
+            blocks.append(Text(text))
+        elif kind == "thinking":
+            text = "".join(rng.choice(words) + rng.choice([" ", "\n"]) for _ in range(6))
+            blocks.append(Thinking(text, rng.choice(["", "c2lnbmF0dXJl"])))
+        elif kind == "redacted":
+            blocks.append(RedactedThinking("ZGF0YQ=="))
+        else:
+            value = {"command": rng.choice(words), "n": rng.randint(0, 9)}
+            blocks.append(ToolUse(f"toolu_{len(blocks)}", "run_terminal_command", value))
+    deltas = []
+    for index, block in enumerate(blocks):
+        for delta in deltas_of(block, index):
+            if isinstance(delta, (TextDelta, ThinkingDelta)):
+                pieces = split_text(delta.text, rng)
+                deltas += [type(delta)(p) for p in pieces]
+            elif isinstance(delta, ToolCallArgs):
+                deltas += [ToolCallArgs(delta.index, p) for p in split_text(delta.fragment, rng)]
+            else:
+                deltas.append(delta)
+        if rng.random() < 0.3 and isinstance(block, Text):
+            deltas.pop()  # no BlockEnd: the next block ends it (OpenAI style)
+    return deltas
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_replies_stream_and_read_back_exactly(seed):
+    rng = random.Random(seed)
+    deltas = random_reply(rng)
+    renderer, lines = stream(deltas, rng)
+    chat = parse(["USER: hi", "", *lines])
+    assert [m.role for m in chat.messages] == ["USER", "ASSISTANT"]
+    assert all(call.error is None for call in chat.calls)
+    blocks = renderer.reply.blocks()
+    assert assistant_turn(lines) == blocks
+    # the canonical blocks are a fixed point: rendered again, they read back the same
+    assert assistant_turn(reply_lines(blocks)) == blocks
+    turn = renderer.reply.turn()
+    assert turn.role == ASSISTANT and turn.blocks == blocks
+
+
+def test_shape_line_tracks_fences_like_the_parser():
+    assert shape_line("```py", 0) == ("```py", 3)
+    assert shape_line("``` a`b", 0) == ("``` a`b", 0)  # a backtick in the info: no fence
+    assert shape_line("USER: x", 3) == ("USER: x", 3)
+    assert shape_line("``", 3) == ("``", 3)
+    assert shape_line("`````  ", 3) == ("`````  ", 0)
+    assert shape_line("USER: x", 0) == (" USER: x", 0)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_diff_edit_applied_gives_the_new_lines(seed):
+    rng = random.Random(seed)
+    pool = ["", "a", "ab", "abc", "ü✓", "ü✓x", "```", "x y"]
+    old = [rng.choice(pool) for _ in range(rng.randint(1, 6))]
+    new = list(old)
+    for _ in range(rng.randint(0, 3)):
+        op = rng.choice(["set", "insert", "delete", "append"])
+        i = rng.randrange(len(new))
+        if op == "set":
+            new[i] = rng.choice(pool)
+        elif op == "insert":
+            new.insert(i, rng.choice(pool))
+        elif op == "append":
+            new[i] += rng.choice(pool)
+        elif len(new) > 1:
+            del new[i]
+    edit = diff_edit(old, new)
+    if old == new:
+        assert edit is None
+    else:
+        assert isinstance(edit, Edit)
+        assert apply_edit(old, edit) == new
+
+
+def test_appending_to_a_line_is_a_small_edit_with_byte_columns():
+    edit = diff_edit(["ASSISTANT: hé"], ["ASSISTANT: héllo", "x"])
+    assert edit == Edit(0, 14, 0, 14, ["llo", "x"])
+
+
+def test_streaming_a_long_reply_sends_each_character_about_once():
+    text = "".join(f"line {i} with some words ü\n" for i in range(3000))
+    renderer = ReplyRenderer()
+    buffer = [""]
+    sent = 0
+    for i in range(0, len(text), 5):
+        renderer.feed(TextDelta(text[i : i + 5]))
+        edit = renderer.take()
+        if edit is not None:
+            sent += sum(len(line) for line in edit.lines)
+            assert edit.start_row >= len(buffer) - 2  # always at the end, never a redraw
+            buffer = apply_edit(buffer, edit)
+    renderer.finish()
+    buffer = apply_edit(buffer, renderer.take())
+    assert buffer == renderer.lines and len(buffer) == 3000
+    assert sent <= len(text) * 1.01

@@ -1,0 +1,129 @@
+"""build_request: chat lines + config + tools -> provider, options and body bytes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sidekick_tools.chat.render import result_lines
+from sidekick_tools.llm.errors import ChatNotReady, ConfigError
+from sidekick_tools.llm.request import build_request
+from sidekick_tools.llm.settings import ChatConfig, parse_thinking
+from sidekick_tools.tools import REGISTRY
+
+CONFIG = {
+    "model": "anthropic/claude-test",
+    "system": "Default system prompt.",
+    "max_tokens": 2000,
+    "providers": {
+        "anthropic": {"kind": "anthropic", "api_key": "env:ANTHROPIC_API_KEY"},
+        "openai": {"kind": "openai"},
+        "ollama": {"kind": "openai", "base_url": "http://127.0.0.1:11434/v1"},
+        "router": {"kind": "openai", "base_url": "https://openrouter.ai/api/v1"},
+    },
+}
+
+
+def build(lines, config=CONFIG):
+    return build_request(lines, config, REGISTRY.values())
+
+
+def test_default_model_system_and_tools():
+    request = build(["USER: hello"])
+    assert request.model_spec == "anthropic/claude-test"
+    assert request.provider.name == "anthropic"
+    assert request.options.model == "claude-test" and request.options.max_tokens == 2000
+    body = json.loads(request.http.body)
+    assert body["system"][0]["text"] == "Default system prompt."
+    assert [t["name"] for t in body["tools"]] == list(REGISTRY)
+    assert body["tools"][0]["input_schema"] == REGISTRY["run_terminal_command"].schema
+
+
+def test_front_matter_overrides_and_chat_system_replaces_the_default():
+    lines = [
+        "---",
+        "model: router/anthropic/claude-3.5",
+        "max_tokens: 512",
+        "temperature: 0.3",
+        "---",
+        "SYSTEM: Chat's own system.",
+        "USER: hi",
+    ]
+    request = build(lines)
+    assert request.provider.name == "router" and request.options.model == "anthropic/claude-3.5"
+    body = json.loads(request.http.body)
+    assert body["max_tokens"] == 512 and body["temperature"] == 0.3
+    assert body["messages"][0] == {"role": "system", "content": "Chat's own system."}
+    assert request.http.url == "https://openrouter.ai/api/v1/chat/completions"
+
+
+def test_thinking_from_front_matter():
+    body = json.loads(build(["---", "thinking: 4096", "---", "USER: hi"]).http.body)
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 4096}
+    assert "thinking" not in json.loads(build(["---", "thinking: off", "---", "USER: x"]).http.body)
+    assert parse_thinking(True) == "adaptive" and parse_thinking("adaptive") == "adaptive"
+    with pytest.raises(ConfigError, match="thinking"):
+        parse_thinking("lots")
+
+
+def test_front_matter_cannot_redirect_a_request():
+    lines = ["---", "base_url: http://evil.example", "api_key: env:HOME", "---", "USER: hi"]
+    request = build(lines)
+    assert request.http.url == "https://api.anthropic.com/v1/messages"
+    assert request.provider.api_key == "env:ANTHROPIC_API_KEY"
+
+
+def test_the_default_key_never_goes_to_another_server():
+    config = ChatConfig.from_dict(CONFIG)
+    assert config.providers["openai"].api_key == "env:OPENAI_API_KEY"
+    assert config.providers["ollama"].api_key is None
+    assert config.providers["router"].api_key is None
+    assert "api_key" not in repr(config.providers["anthropic"])
+
+
+def test_secrets_are_masked_in_what_is_sent():
+    secret = "sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAA"
+    lines = [
+        "SYSTEM: my key is " + secret,
+        "USER: use password=hunter2",
+        "ASSISTANT: ok",
+        "```tool run_terminal_command id=c1",
+        json.dumps({"command": f"curl -H 'x-api-key: {secret}'"}),
+        "```",
+        *result_lines("c1", "completed", {}, f"echo {secret}"),
+        "USER: thanks",
+    ]
+    body = build(lines).http.body
+    assert secret.encode() not in body and b"hunter2" not in body
+    assert body.count(b"sk-ant-***") == 3 and b"password=***" in body
+
+
+def test_the_same_lines_give_the_same_bytes():
+    lines = ["USER: a", "ASSISTANT: b", "USER: c ü"]
+    assert build(lines).http.body == build(list(lines)).http.body
+
+
+def test_calls_without_results_cannot_be_sent():
+    lines = ["USER: a", "ASSISTANT: b", "```tool read_files id=c1", '{"paths": ["x"]}', "```"]
+    lines += ["USER: c"]
+    with pytest.raises(ChatNotReady, match="1 tool call without a result") as caught:
+        build(lines)
+    assert [call.call_id for call in caught.value.calls] == ["c1"]
+
+
+def test_nothing_to_send():
+    for lines in ([], ["# notes"], ["USER: a", "ASSISTANT: b"], ["USER:   "]):
+        with pytest.raises(ChatNotReady, match="Nothing to send"):
+            build(lines)
+
+
+def test_unknown_provider_or_bad_model_spec():
+    with pytest.raises(ConfigError, match='No provider "gemini"'):
+        build(["---", "model: gemini/x", "---", "USER: a"])
+    with pytest.raises(ConfigError, match="provider/model"):
+        build(["---", "model: claude", "---", "USER: a"])
+    with pytest.raises(ConfigError, match="max_tokens"):
+        build(["---", "max_tokens: lots", "---", "USER: a"])
+    config = {"model": "x/y", "providers": {"x": {"kind": "nope"}}}
+    with pytest.raises(ConfigError, match="Unknown provider kind"):
+        build(["USER: a"], config)

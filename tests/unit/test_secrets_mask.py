@@ -1,0 +1,82 @@
+"""Secret masking (DESIGN §12): every listed format, nothing else, idempotent."""
+
+from __future__ import annotations
+
+import pytest
+from sidekick_tools.secrets_mask import REPLACEMENT, mask, mask_value
+
+SECRETS = [
+    ("sk-ant-api03-AbCdEf0123456789_-xyzXYZ0123", "sk-ant-***"),
+    ("sk-proj-AbCdEf0123456789abcdefXYZ", "sk-***"),
+    ("sk-AbCdEf0123456789abcdefghij", "sk-***"),
+    ("ghp_AbCdEf0123456789abcdefghijklmnopqrst", "ghp_***"),
+    ("gho_AbCdEf0123456789abcdefghijklmnopqrst", "gho_***"),
+    ("github_pat_11ABCDEFG0123456789_abcdefghijklmnop", "github_pat_***"),
+    ("AKIAIOSFODNN7EXAMPLE", "AKIA***"),
+    ("xoxb-123456789012-abcdefABCDEF", "xoxb-***"),
+    ("xoxp-1234-5678-90ab", "xoxp-***"),
+]
+
+
+@pytest.mark.parametrize("secret,masked", SECRETS)
+def test_key_formats_keep_their_prefix(secret, masked):
+    assert mask(f"key: {secret} end") == f"key: {masked} end"
+    assert mask(f'"{secret}"') == f'"{masked}"'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "pip install scikit-learn; sk-learn is a nickname",
+        "max_tokens=8192 and tokens=5",
+        "the token is in the env",
+        "task-ask-1234567890abcdefghijklmnop",  # sk- inside a word is not a key
+        "AKIAshort",
+        "ghp_short",
+        "",
+    ],
+)
+def test_ordinary_text_is_untouched(text):
+    assert mask(text) == text
+
+
+def test_assignments_mask_the_value_only():
+    assert mask("password=hunter2 user=bob") == f"password={REPLACEMENT} user=bob"
+    assert mask("export GITHUB_TOKEN=abc123") == f"export GITHUB_TOKEN={REPLACEMENT}"
+    assert mask("url?token=abc&x=1") == f"url?token={REPLACEMENT}&x=1"
+    assert mask("Password = 'two words'") == f"Password = '{REPLACEMENT}'"
+    assert mask('api_key="k"; secret=s') == f'api_key="{REPLACEMENT}"; secret={REPLACEMENT}'
+
+
+def test_private_key_blocks():
+    pem = (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\nAAAA\n"
+        "-----END OPENSSH PRIVATE KEY-----"
+    )
+    out = mask(f"before\n{pem}\nafter")
+    assert out == (
+        "before\n-----BEGIN OPENSSH PRIVATE KEY-----\n***\n-----END OPENSSH PRIVATE KEY-----\nafter"
+    )
+    cut = mask("x\n-----BEGIN PRIVATE KEY-----\nMIIE partial")
+    assert cut == "x\n-----BEGIN PRIVATE KEY-----\n***"
+    # two keys: each masked, the text between kept
+    two = mask(f"{pem}\nmiddle\n{pem}")
+    assert two.count("***") == 2 and "middle" in two and "b3Bl" not in two
+
+
+def test_literals_are_masked_when_long_enough():
+    assert mask("my key is pa55word-long", ["pa55word-long"]) == "my key is ***"
+    assert mask("abc abc", ["abc"]) == "abc abc"
+
+
+def test_idempotent():
+    text = " ".join(s for s, _ in SECRETS) + " password=x\n-----BEGIN RSA PRIVATE KEY-----\nA\n"
+    once = mask(text)
+    assert mask(once) == once
+    for secret, _ in SECRETS:
+        assert secret not in once
+
+
+def test_mask_value_walks_json():
+    value = {"cmd": "curl -H 'x: sk-ant-api03-AbCdEf0123456789_-x'", "n": 3, "l": ["token=t", 1]}
+    assert mask_value(value) == {"cmd": "curl -H 'x: sk-ant-***'", "n": 3, "l": ["token=***", 1]}
