@@ -105,14 +105,14 @@ class TaskTool:
             return refused
         token, task, problem = lookup(ctx, params["task"])
         if problem is not None:
-            return self.unknown(params, problem)
+            return self.unknown(params, ctx, problem)
         return await self.act(params, ctx, token, task)
 
     def check(self, params: dict[str, Any]) -> ToolResult | None:
         """A failed result for parameters the schema cannot judge, else None."""
         return None
 
-    def unknown(self, params: dict[str, Any], problem: ToolResult) -> ToolResult:
+    def unknown(self, params: dict[str, Any], ctx: Any, problem: ToolResult) -> ToolResult:
         """The answer when the token is malformed or names no stored task."""
         return problem
 
