@@ -28,7 +28,11 @@ local names = {
     end,
   },
   SidekickOutput = { nargs = "*", desc = "Live view of a task's output: [TOKEN] [/regex/]" },
-  SidekickInstall = { nargs = 0, desc = "Create the plugin's own Python venv with pynvim" },
+  SidekickInstall = {
+    nargs = 0,
+    desc = "Create the plugin's own Python venv with pynvim (and mcp on Python 3.10+)",
+  },
+  SidekickMcp = { nargs = 0, desc = "Print the command that registers the MCP server" },
 }
 
 for name, opts in pairs(names) do

@@ -36,6 +36,9 @@ M.commands = {
   SidekickInstall = function()
     require("sidekick_tools.install").run()
   end,
+  SidekickMcp = function()
+    require("sidekick_tools.mcp").print()
+  end,
 }
 
 --- Called by plugin/sidekick_tools.lua for every command.

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import os
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -104,3 +107,54 @@ def output_of(text: str) -> str:
 def wait_cmd(marker: Path, then: str = "echo done") -> str:
     """A shell command that waits (polling) until ``marker`` exists, then runs ``then``."""
     return f"while [ ! -e {marker} ]; do sleep 0.05; done; {then}"
+
+
+class SyncClient:
+    """An MCP client session on a thread and event loop of its own, for tests that
+    also drive Neovim through pynvim (which runs an event loop of its own)."""
+
+    def __init__(self, params: StdioServerParameters, name: str = "pytest-agent") -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self._ready: concurrent.futures.Future[ClientSession] = concurrent.futures.Future()
+        self._stop: asyncio.Event | None = None
+        self._main = asyncio.run_coroutine_threadsafe(self._hold(params, name), self.loop)
+        try:
+            self.session = self._ready.result(timeout=60)
+        except BaseException:
+            self._finish()
+            raise
+
+    async def _hold(self, params: StdioServerParameters, name: str) -> None:
+        self._stop = asyncio.Event()
+        try:
+            async with connect(params, name) as session:
+                self._ready.set_result(session)
+                await self._stop.wait()
+        except BaseException as e:
+            if not self._ready.done():
+                self._ready.set_exception(e)
+            raise
+
+    def start(self, tool: str, args: dict[str, Any] | None = None) -> concurrent.futures.Future:
+        """Send one call; its future resolves to (text, is_error)."""
+        return asyncio.run_coroutine_threadsafe(call(self.session, tool, args), self.loop)
+
+    def call(self, tool: str, args: dict[str, Any] | None = None, timeout: float = 90) -> Any:
+        return self.start(tool, args).result(timeout)
+
+    def close(self) -> None:
+        if self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        self._finish()
+
+    def _finish(self) -> None:
+        try:
+            self._main.result(timeout=30)
+        except Exception:
+            pass
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=10)
+            self.loop.close()
