@@ -99,7 +99,7 @@ function M.halt(token)
 end
 
 --- Tasks from the store, newest first.
----@param opts table|nil { status = "running"|"completed"|"failed"|"cancelled"|"queued"|"all", all = boolean, limit, offset }
+---@param opts table|nil { status = "running"|"completed"|"failed"|"cancelled"|"queued"|"all", all = boolean, owner = "any", limit, offset }
 function M.list_tasks(opts)
   vim.validate({ opts = { opts, "table", true } })
   local ok, res = pcall(host.request, "list_tasks", opts or vim.empty_dict())

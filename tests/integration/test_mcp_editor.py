@@ -29,7 +29,8 @@ pytestmark = pytest.mark.integration
 
 
 def all_tasks(editor) -> list[dict]:
-    return editor.lua("return require('sidekick_tools').list_tasks({ all = true })")
+    """Every instance's tasks, MCP clients' included (DESIGN §6: owner = "any")."""
+    return editor.lua("return require('sidekick_tools').list_tasks({ owner = 'any' })")
 
 
 def stored(editor, token: str):

@@ -281,7 +281,8 @@ class Host:
                 f"sidekick_tools: unknown status {status!r}; use one of "
                 + ", ".join((*LIST_STATUSES, "all"))
             )
-        owner = None if (opts.get("all") or opts.get("status") == "all") else self.owner
+        every = opts.get("all") or opts.get("owner") == "any" or opts.get("status") == "all"
+        owner = None if every else self.owner
         return status, owner
 
 
