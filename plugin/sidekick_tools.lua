@@ -22,7 +22,8 @@ local names = {
   SidekickHalt = { nargs = "?", desc = "Cancel the task under the cursor, or TOKEN" },
   SidekickTasks = {
     nargs = "?",
-    desc = "List tasks: [running|completed|failed|all]",
+    bang = true,
+    desc = "List tasks (!: every Neovim's and MCP client's): [running|completed|failed|all]",
     complete = function()
       return { "running", "completed", "failed", "all" }
     end,

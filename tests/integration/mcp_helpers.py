@@ -21,8 +21,13 @@ PYTHONPATH = str(ROOT / "rplugin" / "python3")
 FAKE_AGENT = str(Path(__file__).resolve().parent / "fake_agent.py")
 
 # What the server process needs from the test's environment (the SDK client passes
-# only a safe subset on): coverage of the subprocess, and the XDG dirs tests set.
-PASSED_ENV = ("COVERAGE_PROCESS_START", "HOME", "XDG_STATE_HOME", "XDG_DATA_HOME")
+# only a safe subset on): the dirs tests set, and coverage's COVERAGE_* variables so
+# that the server is measured (its data file is absolute in COVERAGE_PROCESS_CONFIG).
+PASSED_ENV = ("HOME", "XDG_STATE_HOME", "XDG_DATA_HOME")
+
+
+def passed_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k in PASSED_ENV or k.startswith("COVERAGE_")}
 
 
 def server_args(state_dir: Path | str, config: Path | str | None = None) -> list[str]:
@@ -37,7 +42,7 @@ def server_params(
     args: list[str] | None = None,
     env: dict[str, str] | None = None,
 ) -> StdioServerParameters:
-    full_env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+    full_env = passed_env()
     full_env["PYTHONPATH"] = PYTHONPATH
     full_env.update(env or {})
     return StdioServerParameters(

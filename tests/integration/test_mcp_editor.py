@@ -19,6 +19,7 @@ from tests.integration.mcp_helpers import (
     agent_cmd,
     head,
     output_of,
+    passed_env,
     server_params,
     wait_cmd,
 )
@@ -92,9 +93,7 @@ def test_sidekick_mcp_prints_a_command_line_that_starts_the_server(editor):
     # the printed entry, as a generic client would start it, serves tool calls
     from mcp import StdioServerParameters
 
-    env = dict(entry["env"])
-    if "COVERAGE_PROCESS_START" in os.environ:
-        env["COVERAGE_PROCESS_START"] = os.environ["COVERAGE_PROCESS_START"]
+    env = {**passed_env(), **entry["env"]}
     params = StdioServerParameters(
         command=entry["command"], args=entry["args"], env=env, cwd=str(editor.workdir)
     )
@@ -200,7 +199,7 @@ def test_the_editor_follows_an_agents_task_live(editor, agent):
     editor.setup()
     step = editor.workdir / "step"
     marker = editor.workdir / "release"
-    editor.nvim.command("SidekickTasks all")
+    editor.nvim.command("SidekickTasks!")
     tasks_buf = current_buf(editor)
     client = agent()
     command = "echo first-line; " + wait_cmd(step, "echo second-line") + "; " + wait_cmd(marker)

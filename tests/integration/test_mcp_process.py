@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.integration.mcp_helpers import PASSED_ENV, PYTHONPATH, server_args, write_config
+from tests.integration.mcp_helpers import PYTHONPATH, passed_env, server_args, write_config
 
 pytestmark = pytest.mark.integration
 
 
 def server_env(**extra: str) -> dict[str, str]:
-    env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+    env = passed_env()
     env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
     env["PYTHONPATH"] = PYTHONPATH
     env.update(extra)

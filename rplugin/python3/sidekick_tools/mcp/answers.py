@@ -14,7 +14,6 @@ ran and failed is an answer, not an error. Every text is masked
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,7 +123,3 @@ def refused(token: str) -> Answer:
             }
         )
     )
-
-
-def dumps(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False)
