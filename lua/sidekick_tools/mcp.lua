@@ -43,7 +43,7 @@ end
 M.at_least = at_least
 
 -- Python 3.10 has no -P: this bootstrap drops the working directory itself.
-local BOOTSTRAP = "import sys, runpy; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+M.BOOTSTRAP = "import sys, runpy; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
   .. "runpy.run_module('sidekick_tools.mcp', run_name='__main__', alter_sys=True)"
 
 --- The server's command: { python, args, env, version, mcp } (nil and a message when
@@ -57,7 +57,7 @@ function M.server_command()
   local info = M.probe(python) or {}
   local args
   if info.version and not at_least(info.version, 3, 11) then
-    args = { "-c", BOOTSTRAP }
+    args = { "-c", M.BOOTSTRAP }
   else
     args = { "-P", "-m", "sidekick_tools.mcp" }
   end

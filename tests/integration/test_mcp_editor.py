@@ -220,3 +220,28 @@ def test_the_editor_follows_an_agents_task_live(editor, agent):
     # the end reaches the output view and the task list without an event
     wait_lines(editor, out_buf, lambda ls: any("completed" in x for x in ls[-3:]))
     wait_lines(editor, tasks_buf, lambda ls: any(token in x and x.startswith("✓") for x in ls))
+
+
+def test_the_python_3_10_form_keeps_the_project_off_the_path_too(editor):
+    """Python 3.10 has no -P: :SidekickMcp then prints a -c bootstrap instead."""
+    bootstrap = editor.lua("return require('sidekick_tools.mcp').BOOTSTRAP")
+    project = editor.workdir / "project"
+    (project / "sidekick_tools").mkdir(parents=True)
+    marker = editor.workdir / "imported"
+    for name in ("sidekick_tools/__init__", "mcp", "logging", "runpy"):
+        (project / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write('{name}')\n")
+    from mcp import StdioServerParameters
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-c", bootstrap, "--state-dir", str(editor.state_dir)],
+        env={**passed_env(), "PYTHONPATH": server_params("", "").env["PYTHONPATH"]},
+        cwd=str(project),
+    )
+    client = SyncClient(params)
+    try:
+        text, is_error = client.call("run", {"command": "pwd"})
+    finally:
+        client.close()
+    assert not is_error and output_of(text) == str(project)
+    assert not marker.exists()
