@@ -3,7 +3,6 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-NVIM := $(VENV)/bin/nvim
 STYLUA := node_modules/.bin/stylua
 HEADLESS ?=
 PYTEST_ARGS ?=
@@ -37,9 +36,10 @@ format: setup $(STYLUA)
 	$(VENV)/bin/ruff format $(PY_SRC)
 	$(STYLUA) $(LUA_SRC)
 
+# integration tests run on every Neovim of tests/nvims.py; NVIM=0.11 (or 0.12-dev, or a path) picks one
 test: setup lint
 	rm -f .coverage .coverage.*
-	COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(PY) -m pytest -q \
+	NVIM=$(NVIM) COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(PY) -m pytest -q \
 	  --cov=sidekick_tools --cov-report=term --cov-fail-under=80 $(PYTEST_ARGS)
 
 demo: setup

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +13,9 @@ from typing import Any
 
 import pynvim
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests import nvims  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 INIT = BENCH / "init.lua"
@@ -21,13 +23,8 @@ PROFILE_DIR = ""  # set by run.py --profile-host: cProfile every host into this 
 
 
 def nvim_binary() -> str:
-    venv_nvim = Path(sys.executable).parent / "nvim"
-    if venv_nvim.exists():
-        return str(venv_nvim)
-    found = shutil.which("nvim")
-    if not found:
-        raise SystemExit("bench: no nvim binary (make setup installs one in .venv)")
-    return found
+    """The released Neovim of the venv (or $NVIM; see tests/nvims.py)."""
+    return nvims.default()
 
 
 def base_env(tmp: Path) -> dict[str, str]:
@@ -71,10 +68,7 @@ class Editor:
         if not plugin:
             env["SIDEKICK_BENCH_PLUGIN"] = "0"
         if PROFILE_DIR:
-            env["SIDEKICK_BENCH_PROFILE_DIR"] = PROFILE_DIR
-            env["PYTHONPATH"] = str(BENCH / "profile") + (
-                ":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-            )
+            env["SIDEKICK_TOOLS_PROFILE"] = PROFILE_DIR
         argv = [nvim_binary(), "--embed", "--headless", "--clean", "-n", "-u", str(INIT)]
         argv += ["--listen", self.sock]
         old = os.getcwd()

@@ -44,6 +44,16 @@ end
 
 local group = vim.api.nvim_create_augroup("sidekick_tools", { clear = true })
 
+-- Nothing in a chat (a tool's output, say) may act on the editor: no modelines.
+-- Set before the text is read, so `vim: set ...` in a result is never applied.
+vim.api.nvim_create_autocmd({ "BufReadPre", "BufNewFile" }, {
+  group = group,
+  pattern = "*.sidekick.md",
+  callback = function(ev)
+    vim.bo[ev.buf].modeline = false
+  end,
+})
+
 vim.api.nvim_create_autocmd({ "BufReadPost", "BufNewFile" }, {
   group = group,
   pattern = "*.sidekick.md",

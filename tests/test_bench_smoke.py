@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import nvims
+
 ROOT = Path(__file__).resolve().parents[1]
 
 ROWS = (
@@ -35,9 +37,8 @@ ROWS = (
 
 @pytest.mark.integration
 def test_quick_bench_writes_every_row(tmp_path: Path) -> None:
-    nvim = Path(sys.executable).parent / "nvim"
-    if not nvim.exists():
-        pytest.skip("no nvim in the venv")
+    if not nvims.available():
+        pytest.skip("no nvim")
     out, png, raw = tmp_path / "bench.md", tmp_path / "bench.png", tmp_path / "raw.json"
     proc = subprocess.run(
         [

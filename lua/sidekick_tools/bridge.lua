@@ -47,9 +47,38 @@ local function valid(buf)
   return type(buf) == "number" and vim.api.nvim_buf_is_valid(buf)
 end
 
---- Buffer lines and changedtick, atomically.
+-- The changedtick of each watched buffer's last TEXT change. b:changedtick
+-- also moves without any text change (:w, 'modified' reset, 'fileformat'), and
+-- Neovim sends no buffer event for that: an edit computed from the host's
+-- mirror is safe when no text changed after the tick the mirror is at, whatever
+-- b:changedtick says. A reload (:e!, :checktime) detaches the buffer: the next
+-- snapshot watches it again, and until then nothing is applied.
+local text_tick = {} ---@type table<integer, integer>
+
+local function watch(buf)
+  if text_tick[buf] then
+    return true
+  end
+  local ok = vim.api.nvim_buf_attach(buf, false, {
+    on_lines = function(_, b, tick)
+      text_tick[b] = tick
+    end,
+    on_reload = function(_, b)
+      text_tick[b] = vim.api.nvim_buf_get_changedtick(b)
+    end,
+    on_detach = function(_, b)
+      text_tick[b] = nil
+    end,
+  })
+  if ok then
+    text_tick[buf] = vim.api.nvim_buf_get_changedtick(buf)
+  end
+  return ok
+end
+
+--- Buffer lines and changedtick, atomically; the buffer is watched from now on.
 function M.snapshot(buf)
-  if not valid(buf) then
+  if not valid(buf) or not vim.api.nvim_buf_is_loaded(buf) or not watch(buf) then
     return vim.NIL
   end
   return {
@@ -85,16 +114,22 @@ local function place_mark(buf, id, row)
   )
 end
 
---- Apply edits computed at changedtick `tick`. Each edit is { start, stop, lines }
---- (0-based, end-exclusive), applied in the order given (callers send them bottom-up).
---- `marks` is a list of { id, row } to place after the edits.
----@return boolean applied false when the buffer changed since `tick` or is gone
-function M.apply(buf, tick, edits, marks)
+--- Apply edits computed from the buffer's text as of changedtick `tick`. Each edit
+--- is { start, stop, lines } (0-based, end-exclusive), applied in the order given
+--- (callers send them bottom-up). `marks` is a list of { id, row } to place after
+--- the edits, `anchors` (same form) before them: marks set again on a call header
+--- that saving, reloading or a formatter moved or invalidated.
+---@return boolean applied false when the text changed after `tick` or the buffer is gone
+function M.apply(buf, tick, edits, marks, anchors)
   if not valid(buf) then
     return false
   end
-  if vim.api.nvim_buf_get_changedtick(buf) ~= tick then
+  local seen = text_tick[buf]
+  if seen == nil or seen > tick then
     return false
+  end
+  for _, m in ipairs(anchors or {}) do
+    place_mark(buf, m[1], m[2])
   end
   local modifiable = vim.bo[buf].modifiable
   vim.bo[buf].modifiable = true
@@ -198,6 +233,17 @@ end
 function handlers.scan(ev)
   if not valid(ev.buf) then
     return
+  end
+  -- tracked calls' header rows as the text has them: a mark that a reload or a
+  -- formatter dropped or moved is set again, so their state stays in view
+  for _, a in ipairs(ev.anchors or {}) do
+    local pos = vim.api.nvim_buf_get_extmark_by_id(ev.buf, M.ns, a[1], { details = true })
+    if
+      (not pos[1] or pos[1] ~= a[2] or (pos[3] and pos[3].invalid))
+      and a[2] < vim.api.nvim_buf_line_count(ev.buf)
+    then
+      place_mark(ev.buf, a[1], a[2])
+    end
   end
   M.scanned[ev.buf] = ev.items or {}
   redraw(ev.buf)

@@ -80,6 +80,12 @@ M.options = {
   { "agents", {}, "table", 'name -> { cmd = { ..., "{message}" }, env = {}, cwd = nil }' },
   { "result.max_lines", 200, "number", "Output lines kept in a result block (tail)" },
   {
+    "result.notice_lines",
+    10,
+    "number",
+    "Output lines a completion notice carries (tail; the notice names the full log)",
+  },
+  {
     "mcp.share_editor_tasks",
     false,
     "boolean",

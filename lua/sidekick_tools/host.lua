@@ -88,6 +88,31 @@ local function on_exit(generation, code)
   end)
 end
 
+-- The host imports only the plugin and the interpreter's own packages: `-E`
+-- ignores PYTHON* variables (PYTHONPATH, PYTHONSTARTUP...), and the bootstrap
+-- drops the working directory (and any relative entry) from sys.path before
+-- anything is imported, so a logging.py, secrets.py or sqlite3/ in the project
+-- folder is never run.
+local BOOT = table.concat({
+  "import sys",
+  "sys.path[:] = [p for p in sys.path if p.startswith('/')]",
+  "sys.path.insert(0, sys.argv.pop(1))",
+  "import runpy",
+  "runpy.run_module('sidekick_tools', run_name='__main__', alter_sys=True)",
+}, "; ")
+
+--- The argv that starts the host (and, with `module`, another of the plugin's
+--- entry points such as the MCP face) with `python`.
+---@param python string
+---@param module string|nil default "sidekick_tools"
+function M.command(python, module)
+  local boot = BOOT
+  if module then
+    boot = boot:gsub("'sidekick_tools'", "'" .. module .. "'")
+  end
+  return { python, "-E", "-c", boot, M.root() .. "/rplugin/python3" }
+end
+
 --- Channel of the running host, starting it when needed.
 ---@return integer|nil chan, string|nil err
 function M.ensure()
@@ -99,16 +124,11 @@ function M.ensure()
     return nil,
       "sidekick_tools: no Python interpreter found; set setup({ python = ... }) or run :SidekickInstall"
   end
-  local pythonpath = M.root() .. "/rplugin/python3"
-  if vim.env.PYTHONPATH and vim.env.PYTHONPATH ~= "" then
-    pythonpath = pythonpath .. ":" .. vim.env.PYTHONPATH
-  end
   state.stderr = {}
   state.generation = state.generation + 1
   local generation = state.generation
-  local ok, job = pcall(vim.fn.jobstart, { python, "-m", "sidekick_tools" }, {
+  local ok, job = pcall(vim.fn.jobstart, M.command(python), {
     rpc = true,
-    env = { PYTHONPATH = pythonpath },
     on_stderr = function(_, data)
       for _, line in ipairs(data or {}) do
         table.insert(state.stderr, line)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,19 +9,20 @@ from typing import Any
 import pynvim
 import pytest
 
+from tests import nvims
 from tests.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+NVIMS = nvims.selected()
+
+
 def nvim_binary() -> str:
-    venv_nvim = Path(sys.executable).parent / "nvim"
-    if venv_nvim.exists():
-        return str(venv_nvim)
-    found = shutil.which("nvim")
-    if not found:
+    """The first Neovim under test (for tests that start one by hand)."""
+    if not NVIMS:
         pytest.skip("no nvim binary")
-    return found
+    return NVIMS[0][1]
 
 
 class Editor:
@@ -95,9 +95,9 @@ class Editor:
         return self.lua("return _G.__notes or {}")
 
 
-def start_nvim(workdir: Path, state_dir: Path) -> Editor:
+def start_nvim(workdir: Path, state_dir: Path, binary: str | None = None) -> Editor:
     argv = [
-        nvim_binary(),
+        binary or nvim_binary(),
         "--embed",
         "--headless",
         "--clean",
@@ -123,8 +123,16 @@ def quit_nvim(ed: Editor) -> None:
         pass
 
 
+@pytest.fixture(params=[b for _, b in NVIMS] or [None], ids=[lbl for lbl, _ in NVIMS] or ["none"])
+def nvim_under_test(request: pytest.FixtureRequest) -> str:
+    """Each integration test runs on every selected Neovim (tests/nvims.py)."""
+    if request.param is None:
+        pytest.skip("no nvim binary")
+    return request.param
+
+
 @pytest.fixture
-def editors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def editors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nvim_under_test: str) -> Any:
     """Start Neovims sharing one work dir and state dir: `editors()` → Editor."""
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -137,7 +145,7 @@ def editors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     started: list[Editor] = []
 
     def start() -> Editor:
-        ed = start_nvim(workdir, state_dir)
+        ed = start_nvim(workdir, state_dir, nvim_under_test)
         started.append(ed)
         return ed
 

@@ -4,6 +4,7 @@ Modes:
   summary   a transcript with ANSI colours, ``[PROGRESS:NN]`` markers and ``> ``
             prompts, then a ``[RESULT]`` section naming the message; exit 0
   prompt    a transcript whose answer follows the last ``> `` prompt line (no [RESULT])
+  kiro      chatter, then ``> `` and a one-line answer on the same line
   plain     a few plain lines only (the summary is the tail)
   echo      prints the message exactly, between ``<<`` and ``>>``, and each argv item
   wait      prints a batch of lines, then for each ``--release PATH`` waits until
@@ -71,6 +72,11 @@ def main() -> int:
         say("first answer")
         say(f"> {message}")
         say(f"{GREEN}final answer{RESET} for {message}")
+        return 0
+    if mode == "kiro":
+        say("loading tools... done")
+        say("thinking")
+        say(f"> {GREEN}the answer to {message}{RESET} on the prompt's own line")
         return 0
     if mode == "plain":
         for i in range(5):

@@ -224,7 +224,8 @@ def test_agent_prompt_summary_and_quoting(editor):
     )
     run(editor, "a1")
     block = result(editor, "a1", "completed")
-    assert block["body"] == f"final answer for {message}"
+    # the response starts on the last prompt's own line (DESIGN §8)
+    assert block["body"] == f"{message}\nfinal answer for {message}"
     assert not (editor.workdir / "pwned").exists()
 
 

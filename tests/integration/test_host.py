@@ -207,3 +207,48 @@ def test_sidekick_install_creates_a_working_venv(editor):
     editor.open_chat(CHAT)
     editor.run_tool(5)
     editor.wait_text("```result id=c1 status=completed exit=0", timeout=60)
+
+
+def test_setup_again_reaches_the_running_host(editor):
+    """A lazy.nvim reload calls setup() again: every option reaches the host."""
+    editor.setup(tasks={"retention": {"completed": 100, "failed": 200}, "max_concurrent": 2})
+    editor.open_chat(CHAT)
+    editor.run_tool(5)
+    editor.wait_text("```result id=c1 status=completed exit=0")
+    editor.setup(
+        tasks={
+            "retention": {"completed": 7, "failed": 9},
+            "max_concurrent": 3,
+            "default_timeout": 42,
+            "halt_grace": 1.5,
+            "nice": 4,
+            "hybrid_threshold": 3,
+        },
+        result={"max_lines": 12, "notice_lines": 3},
+        auto_accept={"safe_commands": ["ls"]},
+        agents={"fake": {"cmd": ["true", "{message}"]}},
+    )
+    got = editor.lua("return require('sidekick_tools.host').request('settings')")
+    assert got["tasks"] == {
+        "max_concurrent": 3,
+        "default_timeout": 42,
+        "halt_grace": 1.5,
+        "retention": {"completed": 7, "failed": 9},
+        "nice": 4,
+    }
+    config = got["config"]
+    assert config["tasks"]["hybrid_threshold"] == 3
+    assert config["result_max_lines"] == 12 and config["notice_lines"] == 3
+    assert list(config["auto_accept"]["safe_commands"]) == ["ls"]
+    assert config["agents"]["fake"]["cmd"] == ["true", "{message}"]
+
+
+def test_host_stderr_has_no_info_lines(editor):
+    """What the user is shown when the host dies: warnings and errors only."""
+    editor.setup()
+    editor.open_chat(CHAT)
+    editor.run_tool(5)
+    editor.wait_text("```result id=c1 status=completed exit=0")
+    log = (editor.state_dir / "host.log").read_text()
+    assert " INFO " in log  # the host did log at INFO level, into its file
+    assert "INFO" not in editor.lua("return require('sidekick_tools.host').stderr_tail()")

@@ -40,7 +40,16 @@ class Port:
         chat = parse(self.mirrors[buf].lines)
         return {m: chat.call_by_id(f"c{m}").start_row for m in marks}
 
-    async def apply(self, buf: int, tick: int, edits: list[tuple[int, int, list[str]]]) -> bool:
+    async def mirror(self, buf: int) -> BufferMirror | None:
+        return self.mirrors.get(buf)
+
+    async def apply(
+        self,
+        buf: int,
+        tick: int,
+        edits: list[tuple[int, int, list[str]]],
+        anchors: list[tuple[int, int]] | None = None,
+    ) -> bool:
         await asyncio.sleep(0)
         mirror = self.mirrors[buf]
         if tick != mirror.tick:

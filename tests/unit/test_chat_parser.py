@@ -785,3 +785,35 @@ def test_large_buffer_counts():
     assert chat.call_by_id("call_0005dc") is probe
     assert chat.last_assistant() is chat.messages[-1]
     assert chat.messages[-1].end_row == len(lines) - 1
+
+
+def test_deeply_nested_json_is_that_calls_problem_only():
+    deep = "[" * 100_000 + "]" * 100_000
+    lines = [
+        "ASSISTANT: x",
+        "```tool read_files id=a",
+        '{"paths": ' + deep + "}",
+        "```",
+        "```tool read_files id=b",
+        '{"paths": ["ok.txt"]}',
+        "```",
+        "```tool read_files id=c",
+        '{"paths": ["[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["]}',
+        "```",
+    ]
+    chat = parse(lines)
+    a, b, c = chat.calls
+    assert "nested too deeply" in a.error and "64" in a.error
+    assert b.error is None and b.params == {"paths": ["ok.txt"]}
+    # brackets inside strings do not count
+    assert c.error is None and c.params["paths"][0].startswith("[[[")
+
+
+def test_json_depth_counts_nesting_not_brackets_in_strings():
+    from sidekick_tools.chat.parser import MAX_JSON_DEPTH, json_depth
+
+    assert json_depth('{"a": [1, {"b": 2}]}') <= 3
+    nested = "[" * 70 + "]" * 70
+    assert json_depth(nested) == 70
+    assert json_depth('"' + "[" * 100 + '"') <= MAX_JSON_DEPTH
+    assert json_depth('["\\"[[[[", ' + "[" * 65 + "]" * 65 + "]") == 66

@@ -73,9 +73,12 @@ def test_summary_result_only_at_line_start() -> None:
 
 def test_summary_prompt_fallback() -> None:
     text = "noise\n> first prompt\nmiddle\n> \x1b[36mlast prompt\x1b[0m\nanswer 1\nanswer 2\n"
-    assert summary_of(text) == "answer 1\nanswer 2"
+    # the prompt's own line is part of the response (kiro-style CLIs answer there)
+    assert summary_of(text) == "last prompt\nanswer 1\nanswer 2"
+    assert summary_of("chatter\nmore chatter\n> the one-line answer\n") == "the one-line answer"
     # Nothing after the last prompt: the tail instead.
-    assert summary_of("a\nb\n> prompt\n") == "a\nb\n> prompt"
+    assert summary_of("a\nb\n> \n") == "a\nb\n>"
+    assert summary_of("a\nb\n>  \n\n") == "a\nb\n>"
 
 
 def test_summary_tail_limits() -> None:
@@ -194,7 +197,7 @@ def test_follower_tracks_result_and_prompt_offsets(tmp_path) -> None:
     f.poll(max_bytes=4096)
     f.poll()
     assert f.result_offset == len(head)
-    assert f.prompt_end == len(b"> the prompt\n")
+    assert f.prompt_end == len(b"> ")
     summary = summarize_file(str(p), f, max_bytes=200)
     assert summary.startswith("the answer\ndetails\nafter 0")
     # Prompt only: the content after it.
@@ -202,7 +205,7 @@ def test_follower_tracks_result_and_prompt_offsets(tmp_path) -> None:
     q.write_bytes(b"banner\n> question\nanswer line\n")
     g = LogFollower(str(q))
     g.poll()
-    assert summarize_file(str(q), g) == "answer line"
+    assert summarize_file(str(q), g) == "question\nanswer line"
     # Neither: the tail; an unknown layout without follower also gives the tail.
     r = tmp_path / "plain"
     r.write_bytes(b"".join(b"n%d\n" % i for i in range(100)))
@@ -253,7 +256,7 @@ def test_follower_same_state_whatever_the_split(tmp_path, step: int) -> None:
     whole = _follow(tmp_path / "whole", SPLIT_SAMPLE, None)
     assert whole.progress == Progress(70, "seventy")
     assert whole.result_offset == SPLIT_SAMPLE.index(b"[RESULT]")
-    assert whole.prompt_end == len(SPLIT_SAMPLE)
+    assert whole.prompt_end == SPLIT_SAMPLE.rindex(b"> last prompt") + 2
     assert whole.lines == 6
     assert _state(_follow(tmp_path / "split", SPLIT_SAMPLE, step)) == _state(whole)
 
@@ -268,7 +271,7 @@ def test_follower_marker_split_across_read_chunks(tmp_path, monkeypatch, chunk: 
     got = _follow(tmp_path / "chunked", data, None)
     assert _state(got) == expected
     assert got.progress == Progress(55, "cut") and got.lines == 33
-    assert got.prompt_end == data.index(b"after")
+    assert got.prompt_end == data.index(b"q\nafter")
 
 
 def test_follower_pending_line_is_a_copy(tmp_path) -> None:
@@ -310,7 +313,7 @@ def test_summarize_tail(tmp_path) -> None:
     assert summarize_tail(str(p), f, window=4096).startswith("early\nfiller 0")
     # Else what follows the last prompt in the window, else the tail.
     p.write_bytes(filler + b"> question\nthe answer\n")
-    assert summarize_tail(str(p), LogFollower(str(p)), window=4096) == "the answer"
+    assert summarize_tail(str(p), LogFollower(str(p)), window=4096) == "question\nthe answer"
     p.write_bytes(filler)
     tail = summarize_tail(str(p), window=4096)
     assert tail.split("\n")[-1] == "filler 19999" and "filler 0\n" not in tail

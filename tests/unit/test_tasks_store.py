@@ -136,6 +136,43 @@ def test_list_newest_first_with_filters(tasks_store: TaskStore) -> None:
     assert tasks_store.count(S.QUEUED, owner="you") == 3
 
 
+def test_owner_or_open_chats_scope(tasks_store: TaskStore) -> None:
+    """This Neovim's tasks: its own, and those of the chats open in it (started
+    by an earlier Neovim), each once, newest first, paged."""
+    made = []
+    for i in range(30):
+        owner = ("me", "old", "other")[i % 3]
+        chat = ("/a.sidekick.md", "/b.sidekick.md", "/c.sidekick.md")[i % 3 if i % 2 else 0]
+        status = S.COMPLETED if i % 4 else S.FAILED
+        made.append(
+            tasks_store.insert(mk(created_at=100.0 + i, owner=owner, chat=chat, status=status))
+        )
+    newest = list(reversed(made))
+
+    def want(status=None):
+        return [
+            t.id
+            for t in newest
+            if (t.owner == "me" or t.chat in ("/a.sidekick.md", "/b.sidekick.md"))
+            and (status is None or t.status is status)
+        ]
+
+    chats = ["/b.sidekick.md", "/a.sidekick.md", "/a.sidekick.md"]
+    assert [t.id for t in tasks_store.list(owner="me", chats=chats, limit=None)] == want()
+    assert [t.id for t in tasks_store.list(owner="me", chats=chats, limit=4, offset=3)] == (
+        want()[3:7]
+    )
+    failed = tasks_store.list(S.FAILED, owner="me", chats=chats, limit=None)
+    assert [t.id for t in failed] == want(S.FAILED)
+    assert tasks_store.count(owner="me", chats=chats) == len(want())
+    assert tasks_store.count({S.FAILED}, owner="me", chats=chats) == len(want(S.FAILED))
+    # chats alone, and an empty chat list meaning the owner alone
+    only_b = [t.id for t in newest if t.chat == "/b.sidekick.md"]
+    assert [t.id for t in tasks_store.list(chats=["/b.sidekick.md"], limit=None)] == only_b
+    mine = [t.id for t in newest if t.owner == "me"]
+    assert [t.id for t in tasks_store.list(owner="me", chats=[], limit=None)] == mine
+
+
 def test_same_created_at_orders_by_insertion(tasks_store: TaskStore) -> None:
     ids = [tasks_store.insert(mk(created_at=5.0)).id for _ in range(5)]
     assert [t.id for t in tasks_store.list()] == list(reversed(ids))

@@ -46,12 +46,43 @@ def test_build_command_substitutes_and_quotes_every_item():
     assert argv == ["agent cli", "-p", message, f"--x={message}!"]
 
 
-def test_build_command_appends_the_message_without_a_placeholder():
+def test_build_command_appends_the_message_after_the_end_of_options():
+    # DESIGN §12: the message stays an argument, so options end before it
     assert shlex.split(ua.build_command(["bot", "--ask"], "hi there")) == [
         "bot",
         "--ask",
+        "--",
         "hi there",
     ]
+    argv = shlex.split(ua.build_command(["bot"], "--dangerously-skip-permissions do it"))
+    assert argv == ["bot", "--", "--dangerously-skip-permissions do it"]
+
+
+def test_a_message_that_looks_like_an_option_is_refused_without_an_end_of_options():
+    with pytest.raises(ValueError, match='put "--"'):
+        ua.build_command(["bot", "-p", "{message}"], "--yolo")
+    with pytest.raises(ValueError):
+        ua.build_command(["bot", "{message}"], "-rf")
+    # with "--" before it, or inside a larger item, it stays an argument
+    assert shlex.split(ua.build_command(["bot", "-p", "--", "{message}"], "--yolo")) == [
+        "bot",
+        "-p",
+        "--",
+        "--yolo",
+    ]
+    assert shlex.split(ua.build_command(["bot", "--prompt={message}"], "--yolo")) == [
+        "bot",
+        "--prompt=--yolo",
+    ]
+    assert shlex.split(ua.build_command(["bot", "{message}"], "fine")) == ["bot", "fine"]
+
+
+async def test_use_agent_refuses_an_option_like_message(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, fake=agent("echo"))
+    ctx.config.agents["bare"] = type(ctx.config.agents["fake"])(cmd=["true", "{message}"])
+    res = await TOOL.run({"agent": "bare", "message": "--help me", "async": False}, ctx)
+    assert res.status == "failed"
+    assert 'put "--"' in res.body and res.fields.get("reason") == "bad_message"
 
 
 def test_label_is_one_short_line():
@@ -78,7 +109,15 @@ async def test_summary_after_the_last_prompt_when_no_result_marker(tmp_path, man
     ctx = ctx_with(tmp_path, manager, fake=agent("prompt"))
     res = await TOOL.run({"agent": "fake", "message": "why?", "async": False}, ctx)
     assert res.status == "completed"
-    assert res.body == "final answer for why?"
+    # the response starts on the last prompt's own line (DESIGN §8)
+    assert res.body == "why?\nfinal answer for why?"
+
+
+async def test_summary_of_a_one_line_answer_on_the_prompt_line(tmp_path, manager):
+    ctx = ctx_with(tmp_path, manager, fake=agent("kiro"))
+    res = await TOOL.run({"agent": "fake", "message": "why?", "async": False}, ctx)
+    assert res.status == "completed"
+    assert res.body == "the answer to why? on the prompt's own line"
 
 
 async def test_summary_is_the_tail_without_markers(tmp_path, manager):

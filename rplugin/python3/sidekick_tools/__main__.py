@@ -1,13 +1,23 @@
-"""Start the host: `python -m sidekick_tools`, spawned by Lua with jobstart(rpc=true)."""
+"""Start the host: spawned by Lua with jobstart(rpc=true) (see lua/sidekick_tools/host.lua
+`command`: `python -E -c BOOTSTRAP PLUGIN_PATH`, which runs this module the way
+`python -m sidekick_tools` would, without the working directory on sys.path).
+
+`SIDEKICK_TOOLS_PROFILE=DIR` runs the host under cProfile and writes
+DIR/host-PID.prof when it exits (read it with `python -m pstats`)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # stderr is what the user is shown when the host dies: warnings and errors
+    # only (the INFO lines go to host.log)
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setLevel(logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, handlers=[stderr])
     try:
         import pynvim
     except ImportError:
@@ -27,5 +37,19 @@ def main() -> int:
     return 0
 
 
+def profiled(out_dir: str) -> int:
+    import cProfile
+    import signal
+
+    # Neovim stops its jobs with SIGTERM: end through the finally below
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(main)
+    finally:
+        prof.dump_stats(os.path.join(out_dir, f"host-{os.getpid()}.prof"))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _profile = os.environ.get("SIDEKICK_TOOLS_PROFILE")
+    sys.exit(profiled(_profile) if _profile else main())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from .chat import Chat, ToolCall, parse
 from .chat.render import (
     clean_output,
     header_with_id,
+    is_notice,
     new_call_id,
     notice_lines,
     result_lines,
@@ -71,6 +73,7 @@ class _Pending:
     result: ToolResult | None = None
     lines: list[str] = field(default_factory=list)
     fut: Any = None
+    after: _Pending | None = None  # a notice: written only together with this result
 
     def resolve(self, written: bool) -> None:
         if self.fut is not None and not self.fut.done():
@@ -88,7 +91,7 @@ class CallRunner:
         self._by_call: dict[tuple[str, str], Tracked] = {}  # (chat, call id)
         self._marks = itertools.count(1)
         self._scan_timers: dict[int, asyncio.TimerHandle] = {}
-        self._scanned: dict[int, list[dict[str, Any]]] = {}  # last scan sent, per buffer
+        self._scanned: dict[int, Any] = {}  # last scan sent (items, anchors), per buffer
         self._bg: set[asyncio.Task[Any]] = set()
         # Result blocks and notices waiting to be written, per buffer. One writer per
         # buffer takes everything queued and writes it from one snapshot in one edit:
@@ -98,7 +101,12 @@ class CallRunner:
         self._written_at: dict[int, float] = {}  # loop time of the last batch, per buffer
         self._seq = itertools.count()
         tasks.subscribe(self._on_task_event)
-        port.on_buffer_change = self.schedule_scan
+        # Rows of the tracked call headers each buffer's last scan found: an edit
+        # over one of them (a formatter rewriting the buffer) may have dropped its
+        # extmark, so the next scan sends the rows to set the marks again.
+        self._anchor_rows: dict[int, set[int]] = {}
+        self._touched: set[int] = set()
+        port.on_buffer_change = self._on_buffer_change
 
     # -- entry points (called by host.py) ----------------------------------------
     async def run_tool(
@@ -144,6 +152,71 @@ class CallRunner:
                 first = first or tracked
         self._spawn(self._run_ids(buf, ids, cwd, gate))
         return {"count": len(ids), "ids": ids}
+
+    async def plan(self, buf: int, cwd: str) -> list[dict[str, Any]]:
+        """What `run_tools` would do with each pending call of the last assistant
+        message: ``verdict`` "approve" (the policy runs it by itself), "ask" (it
+        needs the user's consent) or "deny" (the policy refuses it); a broken
+        call says its ``problem``. :SidekickRunTools asks once for the "ask" ones."""
+        mirror = await self._mirror(buf)
+        chat = mirror.chat()
+        message = chat.last_assistant()
+        out = []
+        for call in message.calls if message else []:
+            if not call.pending:
+                continue
+            problem = call.error or tools.check_call(call.tool, call.params or {})
+            ctx = self._context(cwd, mirror.name, call.call_id or "")
+            verdict = "ask"
+            if not problem:
+                answer = await self._ask_policy(call, ctx)
+                verdict = decide(call.tool, call.params or {}, ctx, answer)
+            out.append(
+                {
+                    "id": call.call_id or "",
+                    "tool": call.tool,
+                    "row": call.start_row,
+                    "verdict": verdict,
+                    "what": describe(call),
+                    "problem": problem or None,
+                }
+            )
+        return out
+
+    async def deny(self, buf: int, row: int, reason: str = "") -> dict[str, Any]:
+        """Refuse the pending call at `row`: a ``status=denied`` result whose body
+        (what the model reads) is the user's reason."""
+        mirror = await self._mirror(buf)
+        call = mirror.chat().call_at(row)
+        if call is None:
+            raise UserError(
+                f"sidekick_tools: no tool call at line {row + 1}. Put the cursor on a "
+                "```tool block to deny it."
+            )
+        if call.result is not None:
+            raise UserError(
+                f"sidekick_tools: {call.call_id} already has a result "
+                f"(status={call.result.status}); only a pending call can be denied"
+            )
+        tracked = await self._prepare(buf, call)
+        if tracked is None:
+            raise UserError("sidekick_tools: the tool call changed while denying; try again")
+        text = " ".join(reason.split()) or "The user denied this call."
+        self._spawn(self._write(tracked, _denied(text, by="user")))
+        return {"id": tracked.call_id, "tool": tracked.tool}
+
+    async def run_call(self, buf: int, call_id: str, cwd: str) -> dict[str, Any]:
+        """Run call `call_id` again (its result block is replaced); no chain."""
+        mirror = await self._mirror(buf)
+        call = mirror.chat().call_by_id(call_id)
+        if call is None:
+            raise UserError(f"sidekick_tools: no call {call_id} in {mirror.name or buf}")
+        self._refuse_live(buf, call)
+        tracked = await self._prepare(buf, call)
+        if tracked is None:
+            raise UserError("sidekick_tools: the tool call changed while starting; try again")
+        self._spawn(self._chain(tracked, cwd, chain=False))
+        return {"id": tracked.call_id, "tool": tracked.tool, "row": call.start_row}
 
     async def chat_opened(self, buf: int) -> None:
         """Follow the `status=running task=T` blocks of a (re)opened chat."""
@@ -379,22 +452,17 @@ class CallRunner:
         return None
 
     async def _find(self, tracked: Tracked) -> tuple[Any, ToolCall] | None:
-        """The call's current block, by its extmark; None when the block is gone."""
-        for _ in range(RETRIES):
-            mirror = self.port.mirrors.get(tracked.buf)
-            if mirror is None:
-                return None
-            rows = await self.port.mark_rows(tracked.buf, [tracked.mark])
-            row = rows.get(tracked.mark, -1)
-            if row < 0:
-                self._forget(tracked)
-                return None
-            call = mirror.chat().call_at(row)
-            if call is not None and call.start_row == row and call.call_id == tracked.call_id:
-                return mirror, call
-            await asyncio.sleep(0.005)  # the mirror has not seen the latest edit yet
-        log.warning("call %s: block no longer matches its mark; not writing", tracked.call_id)
-        return None
+        """The call's current block; None when the block is gone (said to the user)."""
+        mirror = await self.port.mirror(tracked.buf)
+        if mirror is None:
+            self._lost(tracked, "its chat is no longer loaded")
+            return None
+        rows = await self.port.mark_rows(tracked.buf, [tracked.mark])
+        call = locate(mirror.chat(), tracked.call_id, rows.get(tracked.mark, -1))
+        if call is None:
+            self._lost(tracked, "its block was deleted")
+            return None
+        return mirror, call
 
     async def _write(self, tracked: Tracked, result: ToolResult) -> bool:
         """Write (or replace) the call's result block, then update its state.
@@ -442,11 +510,20 @@ class CallRunner:
             self._writers.pop(buf, None)
 
     async def _write_batch(self, buf: int, batch: list[_Pending]) -> list[_Pending]:
-        """Write a batch from one snapshot; returns items to write in a later batch."""
-        for attempt in range(RETRIES):
-            mirror = self.port.mirrors.get(buf)
-            if mirror is None:
+        """Write a batch from one snapshot; returns items to write in a later batch.
+
+        A call is found by its id in the text (its mark only picks among
+        duplicates): saving, reloading or reformatting the chat moves or drops
+        extmarks but keeps the text. Nothing is dropped in silence: a result
+        whose call is gone, or whose chat was closed, is said to the user."""
+        attempt = 0
+        while True:
+            attempt += 1
+            mirror = await self.port.mirror(buf)
+            if mirror is None:  # unloaded: a reopened chat picks running blocks up again
                 for item in batch:
+                    if item.tracked is not None:
+                        self._lost(item.tracked, "its chat is no longer loaded", item.result)
                     item.resolve(False)
                 return []
             results = [i for i in batch if i.tracked is not None]
@@ -454,30 +531,24 @@ class CallRunner:
             rows = await self.port.mark_rows(buf, marks) if marks else {}
             chat = mirror.chat()
             edits: list[tuple[int, int, list[str], int, int]] = []  # start, end, lines, rank, seq
+            anchors: list[tuple[int, int]] = []  # marks to set again before the edits
             written: list[_Pending] = []
             resolving: list[ToolCall] = []
             later: list[_Pending] = []
-            lagging = False
+            gone: list[_Pending] = []
             for item in results:
                 tracked = item.tracked
                 assert tracked is not None
-                row = rows.get(tracked.mark, -1)
-                if row < 0:  # the block was deleted: the task's result goes nowhere
-                    self._forget(tracked)
-                    tracked.done = True
-                    item.resolve(False)
-                    continue
                 if any(w.tracked is tracked for w in written):
                     later.append(item)  # a second block for the same call: next batch
                     continue
-                call = chat.call_at(row)
-                if call is None or call.start_row != row or call.call_id != tracked.call_id:
-                    if attempt < RETRIES - 1:
-                        lagging = True  # the mirror has not seen the latest edit yet
-                        break
-                    log.warning("call %s: block no longer matches its mark", tracked.call_id)
-                    item.resolve(False)
+                row = rows.get(tracked.mark, -1)
+                call = locate(chat, tracked.call_id, row)
+                if call is None:
+                    gone.append(item)
                     continue
+                if call.start_row != row:
+                    anchors.append((tracked.mark, call.start_row))
                 if call.result is not None:
                     span = (call.result.start_row, call.result.end_row + 1)
                 else:
@@ -485,47 +556,65 @@ class CallRunner:
                 edits.append((*span, item.lines, 2, item.seq))
                 written.append(item)
                 resolving.append(call)
-            if lagging:
-                await asyncio.sleep(0.005)
-                continue
             tail = self._user_line_edit(chat, resolving, mirror.lines)
             if tail is not None:
                 edits.append((*tail, 0, 0))
-            notices = [i for i in batch if i.tracked is None]
+            notices = []
+            for item in batch:
+                if item.tracked is not None or item.after in gone:
+                    continue
+                if item.after in later:
+                    later.append(item)  # its result waits for the next batch: so does it
+                else:
+                    notices.append(item)
             for item in notices:
                 edits.append((*self._notice_edit(chat, mirror.lines, item.lines), 1, item.seq))
             # bottom-up; at one row the USER: line first, then notices (the latest
             # first), then results, so they end up as results, notices, USER:
             edits.sort(key=lambda e: (-e[0], e[3], -e[4]))
-            if await self.port.apply(buf, mirror.tick, [e[:3] for e in edits]):
+            if not edits or await self.port.apply(
+                buf, mirror.tick, [e[:3] for e in edits], anchors=anchors
+            ):
+                for item in gone:
+                    assert item.tracked is not None
+                    self._lost(item.tracked, "its block was deleted", item.result)
+                    item.resolve(False)
                 for item in written:
                     self._mark_done(item.tracked, item.result)  # type: ignore[arg-type]
                     item.resolve(True)
-                for item in notices:
-                    item.resolve(True)
+                for item in batch:
+                    if item.tracked is None and item not in later:
+                        item.resolve(item in notices)
                 return later
-            await asyncio.sleep(0.005)
-        log.warning("buffer %d kept changing; %d blocks not written", buf, len(batch))
-        for item in batch:
-            item.resolve(False)
-        return []
+            # The text changed after the mirror's tick (the user is typing, or the
+            # mirror has not seen the latest edit yet): compute again from the
+            # newer text. Never given up on while the chat is loaded.
+            if attempt % 200 == 0:
+                log.warning("buffer %d: %d blocks still waiting to be written", buf, len(batch))
+            await asyncio.sleep(min(0.1, 0.005 * (1 + attempt // 10)))
 
     @staticmethod
     def _notice_edit(chat: Chat, lines: list[str], notice: list[str]) -> tuple[int, int, list[str]]:
         n = len(lines)
-        if chat.messages and chat.messages[-1].role == "USER":
-            # the user may be typing there: put the notice before it
-            at = chat.messages[-1].start_row
+        last = chat.messages[-1] if chat.messages else None
+        if last is not None and last.role == "USER" and not is_notice(lines[last.start_row]):
+            # the user may be typing there: put the notice before it (an earlier
+            # notice is the plugin's own message: the next one goes after it)
+            at = last.start_row
             return (at, at, [*notice, ""] if notice[-1] != "" else notice)
         pad = [""] if (n and lines[-1].strip() != "") else []
         return (n, n, pad + notice)
 
-    def _shown(self, body: str, log_path: str | None, truncate: bool = True) -> str:
+    def _shown(
+        self, body: str, log_path: str | None, truncate: bool = True, lines: int | None = None
+    ) -> str:
         """Text as the buffer shows it: clean, no trailing newline, and for process
-        output only the tail (file tools bound their own results)."""
+        output only the tail (`lines`, default `result.max_lines`; file tools
+        bound their own results)."""
         text = clean_output(body.encode("utf-8", "replace"))
         if truncate:
-            text = truncate_tail(text, self.config.result_max_lines, log_path)
+            keep = self.config.result_max_lines if lines is None else lines
+            text = truncate_tail(text, keep, log_path)
         return text.rstrip("\n")
 
     def _user_line_edit(
@@ -562,6 +651,29 @@ class CallRunner:
         else:
             tracked.done = True
             self._emit_state(tracked, result.status, detail=detail)
+
+    def _lost(self, tracked: Tracked, why: str, result: ToolResult | None = None) -> None:
+        """A result that cannot be written: stop following the call, and say so once."""
+        if tracked.done:
+            return
+        tracked.done = True
+        self._forget(tracked)
+        status = result.status if result is not None else tracked.state
+        what = f"call {tracked.call_id} ({tracked.tool})"
+        if tracked.token:
+            task = self.tasks.get(tracked.token)
+            log_path = _log_path(task)
+            what = f"task {tracked.token} of {what}"
+            where = f"; its output: {log_path}" if log_path else ""
+        else:
+            where = ""
+        reopen = ""
+        if tracked.background and "loaded" in why:
+            reopen = "; it is written when you open the chat again"
+        self.port.notify_user(
+            f"sidekick_tools: {what} ended {status}, not written: {why}{reopen}{where}", "warn"
+        )
+        log.info("%s: result not written (%s)", what, why)
 
     def _forget(self, tracked: Tracked) -> None:
         if self.tracked.get((tracked.buf, tracked.call_id)) is tracked:
@@ -638,8 +750,10 @@ class CallRunner:
         result = tools.result_from_task(tracked.tool, task)
         result.fields.setdefault("task", task.id)
         # the final block and the notice go into the buffer together, in one edit
-        written = self._enqueue(tracked.buf, self._result_item(tracked, result))
-        output = self._shown(result.body, _log_path(task))
+        final = self._result_item(tracked, result)
+        written = self._enqueue(tracked.buf, final)
+        # the notice stays short: the last few lines; the block above and the log have the rest
+        output = self._shown(result.body, _log_path(task), lines=self.config.notice_lines)
         payload = {
             "id": task.id,
             "status": status_of(task),
@@ -650,7 +764,8 @@ class CallRunner:
             "output": output,
             "log": _log_path(task),
         }
-        noticed = self._enqueue(tracked.buf, _Pending(next(self._seq), lines=notice_lines(payload)))
+        notice = _Pending(next(self._seq), lines=notice_lines(payload), after=final)
+        noticed = self._enqueue(tracked.buf, notice)
         await asyncio.gather(written, noticed)
 
     # -- diagnostics for calls this host does not follow ----------------------------------
@@ -661,16 +776,36 @@ class CallRunner:
         loop = asyncio.get_event_loop()
         self._scan_timers[buf] = loop.call_later(delay, self._scan, buf)
 
+    def _on_buffer_change(self, buf: int, first: int, last: int) -> None:
+        """Text changed in rows [first, last) (old numbering; last -1: to the end)."""
+        rows = self._anchor_rows.get(buf)
+        if rows and any(first <= r and (last < 0 or r < last) for r in rows):
+            self._touched.add(buf)
+        self.schedule_scan(buf)
+
     def _scan(self, buf: int) -> None:
         self._scan_timers.pop(buf, None)
         mirror = self.port.mirrors.get(buf)
         if mirror is None:
             return
-        items = scan_items(mirror.chat(), {cid for (b, cid) in self.tracked if b == buf})
-        if items == self._scanned.get(buf):
+        chat = mirror.chat()
+        anchors = []
+        for call in chat.calls:
+            tracked = self.tracked.get((buf, call.call_id or ""))
+            if tracked is None:
+                continue
+            if tracked.done and _text_state(call) != tracked.state:
+                self._forget(tracked)  # undone (or edited) since: the text says what it is
+                continue
+            anchors.append([tracked.mark, call.start_row])
+        self._anchor_rows[buf] = {row for _, row in anchors}
+        items = scan_items(chat, {cid for (b, cid) in self.tracked if b == buf})
+        touched = buf in self._touched
+        self._touched.discard(buf)
+        if not touched and (items, anchors) == self._scanned.get(buf):
             return  # typing inside a message changes no call's state: Neovim redraws nothing
-        self._scanned[buf] = items
-        self.port.emit({"type": "scan", "buf": buf, "items": items})
+        self._scanned[buf] = (items, anchors)
+        self.port.emit({"type": "scan", "buf": buf, "items": items, "anchors": anchors})
 
     # -- state & helpers ------------------------------------------------------------------
     def _emit_state(self, tracked: Tracked, state: str, **extra: Any) -> None:
@@ -737,6 +872,22 @@ def scan_items(chat: Chat, tracked_ids: set[str]) -> list[dict[str, Any]]:
     return items
 
 
+def locate(chat: Chat, call_id: str, row: int) -> ToolCall | None:
+    """The block of call `call_id`: the one at `row` (its extmark's row, -1 when
+    the mark is gone) if it has that id, else the first with that id."""
+    call = chat.call_at(row) if row >= 0 else None
+    if call is not None and call.start_row == row and call.call_id == call_id:
+        return call
+    return chat.call_by_id(call_id)
+
+
+def _text_state(call: ToolCall) -> str:
+    """The state the text gives a call: its result's status, else pending."""
+    if call.result is None:
+        return "pending"
+    return call.result.status or "pending"
+
+
 def _fields_detail(fields: dict[str, Any]) -> str:
     if fields.get("reason") == "timeout":
         return "timeout"
@@ -754,8 +905,23 @@ def _detail(result: ToolResult) -> str | None:
     return None
 
 
-def _denied(reason: str) -> ToolResult:
-    return ToolResult(status="denied", body=reason, fields={})
+def _denied(reason: str, by: str = "policy") -> ToolResult:
+    return ToolResult(status="denied", body=reason, fields={"reason": by})
+
+
+def describe(call: ToolCall, limit: int = 120) -> str:
+    """One line naming what a call would do: a command, paths, or its parameters."""
+    params = call.params or {}
+    if call.tool == "run_terminal_command" and isinstance(params.get("command"), str):
+        text = params["command"]
+    elif call.tool == "use_agent":
+        text = f"{params.get('agent')}: {params.get('message')}"
+    elif params:
+        text = json.dumps(params, ensure_ascii=False)
+    else:
+        text = call.body
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _log_path(task: Any) -> str | None:

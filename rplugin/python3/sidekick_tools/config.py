@@ -89,6 +89,7 @@ class Config:
     auto_accept: AutoAcceptConfig = field(default_factory=AutoAcceptConfig)
     agents: dict[str, AgentConfig] = field(default_factory=dict)
     result_max_lines: int = 200
+    notice_lines: int = 10
     mcp: McpConfig = field(default_factory=McpConfig)
 
     @classmethod
@@ -121,6 +122,7 @@ class Config:
             auto_accept=auto,
             agents=agents,
             result_max_lines=int(result.get("max_lines", 200)),
+            notice_lines=int(result.get("notice_lines", 10)),
             mcp=McpConfig(**_known(McpConfig, dict(raw.get("mcp") or {}))),
         )
 

@@ -7,6 +7,7 @@ the loop, awaited with `port.block_on` only where Lua needs the answer.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from typing import Any, Callable
@@ -91,17 +92,7 @@ class Host:
         nvim_pid = int((info or {}).get("nvim_pid") or os.getppid())
         self.owner = owner_token(nvim_pid)
         store = self._open_store(config)
-        t = config.tasks
-        self.tasks = TaskManager(
-            store,
-            config.state_dir,
-            self.owner,
-            max_concurrent=t.max_concurrent,
-            default_timeout=t.default_timeout,
-            halt_grace=t.halt_grace,
-            retention=(t.retention.completed, t.retention.failed),
-            nice=int(t.nice),
-        )
+        self.tasks = TaskManager(store, config.state_dir, self.owner, **_task_settings(config))
         self.port.block_on(self.tasks.recover())
         self.calls = CallRunner(self.port, self.tasks, config)
         log.info("host %s started for %s (store %s)", __version__, self.owner, self.store_kind)
@@ -125,14 +116,25 @@ class Host:
         return store
 
     def _reconfigure(self, config: Config) -> None:
+        """`setup()` called again (a lazy.nvim reload): every option reaches
+        the running host, except where its state lives (that needs a restart)."""
+        assert self.config is not None and self.tasks is not None and self.calls is not None
+        if config.state_dir != self.config.state_dir:
+            self.port.notify_user(
+                f"sidekick_tools: state_dir {config.state_dir} takes effect when the host "
+                f"restarts; it stays {self.config.state_dir} until then",
+                "warn",
+            )
+            config.state_dir = self.config.state_dir
+        self.config = config
+        self.calls.config = config
+        self.tasks.configure(**_task_settings(config))
+
+    def rpc_settings(self) -> Any:
+        """The configuration the host works with, and the task engine's settings
+        in force (:checkhealth, and tests that setup() reached the host)."""
         assert self.config is not None and self.tasks is not None
-        for name in ("tasks", "auto_accept", "agents", "result_max_lines"):
-            setattr(self.config, name, getattr(config, name))
-        t = config.tasks
-        self.tasks.max_concurrent = max(1, int(t.max_concurrent))
-        self.tasks.default_timeout = t.default_timeout
-        self.tasks.halt_grace = float(t.halt_grace)
-        self.tasks.nice = int(t.nice)
+        return {"config": dataclasses.asdict(self.config), "tasks": self.tasks.settings()}
 
     def _info(self) -> dict[str, Any]:
         assert self.config is not None
@@ -178,6 +180,17 @@ class Host:
         reply["events"] = self.port.take_events()
         return reply
 
+    def rpc_plan(self, buf: int, cwd: str | None = None) -> Any:
+        cwd = str(cwd) if cwd else self._cwd()
+        return self.port.block_on(self.calls.plan(int(buf), cwd))
+
+    def rpc_deny(self, buf: int, row: int, reason: str | None = None) -> Any:
+        return self.port.block_on(self.calls.deny(int(buf), int(row), str(reason or "")))
+
+    def rpc_run_call(self, buf: int, call_id: str, cwd: str | None = None) -> Any:
+        cwd = str(cwd) if cwd else self._cwd()
+        return self._run_request(lambda _gate: self.calls.run_call(int(buf), str(call_id), cwd))
+
     def rpc_chat_opened(self, buf: int) -> Any:
         self.port.block_on(self.calls.chat_opened(int(buf)))
         return True
@@ -215,11 +228,12 @@ class Host:
         return {"id": token, "status": _status(task), "message": f"Task {token} {_status(task)}"}
 
     def rpc_list_tasks(self, opts: dict[str, Any] | None = None) -> Any:
-        status, owner = self._task_filter(opts)
+        status, owner, chats = self._task_filter(opts)
         opts = dict(opts or {})
         tasks = self.tasks.list(
             status=status,
             owner=owner,
+            chats=chats,
             limit=int(opts.get("limit") or 100),
             offset=int(opts.get("offset") or 0),
         )
@@ -255,8 +269,8 @@ class Host:
     # -- task views (tasks window, output view) ----------------------------------------
     def rpc_count_tasks(self, opts: dict[str, Any] | None = None) -> Any:
         """How many tasks `list_tasks(opts)` pages through (limit/offset ignored)."""
-        status, owner = self._task_filter(opts)
-        return self.tasks.count(status=status, owner=owner)
+        status, owner, chats = self._task_filter(opts)
+        return self.tasks.count(status=status, owner=owner, chats=chats)
 
     def rpc_task_page(self, opts: dict[str, Any] | None = None) -> Any:
         """One page of `list_tasks(opts)` plus the total, in one round trip."""
@@ -271,7 +285,16 @@ class Host:
         self.port.block_on(self.port.mirror(int(buf)))
         return self.calls.token_at(int(buf), int(row))
 
-    def _task_filter(self, opts: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    def _task_filter(
+        self, opts: dict[str, Any] | None
+    ) -> tuple[str | None, str | None, list[str] | None]:
+        """(status, owner, chats) of a task query from Lua's options.
+
+        ``status`` "all" (or none) means every status. The scope is this
+        Neovim's tasks: the ones it owns, and the ones started from the chats
+        given in ``chats`` (the chats open in it: after a restart their tasks
+        belong to the Neovim that ran them). ``owner = "any"`` (or ``all``):
+        every Neovim's and agent's tasks."""
         opts = dict(opts or {})
         status = opts.get("status") or None
         if status == "all":
@@ -281,13 +304,32 @@ class Host:
                 f"sidekick_tools: unknown status {status!r}; use one of "
                 + ", ".join((*LIST_STATUSES, "all"))
             )
-        every = opts.get("all") or opts.get("owner") == "any" or opts.get("status") == "all"
-        owner = None if every else self.owner
-        return status, owner
+        if opts.get("all") or opts.get("owner") == "any":
+            return status, None, None
+        chats = [str(c) for c in _list(opts.get("chats")) if c]
+        return status, self.owner, chats or None
 
 
 def _status(task: Any) -> str:
     return str(getattr(task.status, "value", task.status))
+
+
+def _task_settings(config: Config) -> dict[str, Any]:
+    t = config.tasks
+    return {
+        "max_concurrent": t.max_concurrent,
+        "default_timeout": t.default_timeout,
+        "halt_grace": t.halt_grace,
+        "retention": (t.retention.completed, t.retention.failed),
+        "nice": int(t.nice),
+    }
+
+
+def _list(value: Any) -> list[Any]:
+    """A Lua list (an empty one may arrive as a dict)."""
+    if isinstance(value, dict):
+        return list(value.values())
+    return list(value or [])
 
 
 def _open_gate(gate: asyncio.Future[None]) -> None:

@@ -35,7 +35,7 @@ class NvimPort:
         self.mirrors: dict[int, BufferMirror] = {}
         # buffers between nvim_buf_attach and their snapshot: events seen meanwhile
         self._attaching: dict[int, list[list[Any]]] = {}
-        self.on_buffer_change: Any = None  # callback(buf) set by the host
+        self.on_buffer_change: Any = None  # callback(buf, first, last) set by the host
 
     # -- requests -----------------------------------------------------------
     def call(self, method: str, *args: Any) -> asyncio.Future[Any]:
@@ -138,7 +138,7 @@ class NvimPort:
             if mirror is not None:
                 mirror.on_lines(tick, first, last, data)
                 if self.on_buffer_change:
-                    self.on_buffer_change(mirror.buf)
+                    self.on_buffer_change(mirror.buf, first, last)
             return True
         if name == "nvim_buf_changedtick_event":
             buf, tick = args
@@ -157,8 +157,10 @@ class NvimPort:
         tick: int | None,
         edits: list[tuple[int, int, list[str]]],
         marks: list[tuple[int, int]] | None = None,
+        anchors: list[tuple[int, int]] | None = None,
     ) -> bool:
-        """Apply edits computed at `tick`; False when the buffer moved on."""
+        """Apply edits computed from the text as of `tick`; False when the text
+        changed since. `anchors` (mark, row) are set before the edits, `marks` after."""
         if tick is None:
             return False
         return bool(
@@ -168,6 +170,7 @@ class NvimPort:
                 tick,
                 [list(e) for e in edits],
                 [list(m) for m in (marks or [])],
+                [list(a) for a in (anchors or [])],
             )
         )
 

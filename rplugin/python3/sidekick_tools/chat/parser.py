@@ -140,6 +140,29 @@ def _join(lines: list[str], start: int, stop: int) -> str:
     return text
 
 
+# Arrays and objects nested deeper than this are refused before decoding: the
+# decoder (and every consumer after it) recurses once per level, and a body
+# like [[[[...]]]] must be that call's problem, not the whole chat's.
+MAX_JSON_DEPTH = 64
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def json_depth(text: str) -> int:
+    """How deeply arrays and objects nest in JSON `text` (strings skipped); at or
+    below `MAX_JSON_DEPTH`, possibly an upper bound (the count of brackets)."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return text.count("[") + text.count("{")  # an upper bound, cheap
+    depth = deepest = 0
+    for m in _JSON_TOKENS.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
 def _body_error(call: ToolCall) -> str | None:
     """Decode the call's body into ``call.params``; return the problem, if any."""
     body = call.body
@@ -153,8 +176,16 @@ def _body_error(call: ToolCall) -> str | None:
         )
     if not body.strip():
         return 'Empty tool call body: write the parameters as a JSON object, e.g. {"key": "value"}'
+    depth = json_depth(body)
+    if depth > MAX_JSON_DEPTH:
+        return (
+            f"Tool call body nested too deeply: {depth} levels of arrays and objects, "
+            f"the limit is {MAX_JSON_DEPTH}"
+        )
     try:
         value = json.loads(body)
+    except RecursionError:  # json_depth bounds it; never let one call break the chat
+        return f"Tool call body nested too deeply (the limit is {MAX_JSON_DEPTH} levels)"
     except ValueError as exc:
         if isinstance(exc, json.JSONDecodeError):
             buffer_line = call.start_row + 1 + exc.lineno

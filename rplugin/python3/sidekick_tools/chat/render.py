@@ -167,6 +167,14 @@ def clean_output(data: bytes) -> str:
     return _CONTROLS.sub("", text)
 
 
+_NOTICE_HEAD = re.compile(r"USER: \[sidekick task [0-9a-f]{6} [a-z]+\]\s*$")
+
+
+def is_notice(line: str) -> bool:
+    """Whether ``line`` starts a completion notice (the first line `notice_lines` writes)."""
+    return _NOTICE_HEAD.match(line) is not None
+
+
 def notice_lines(payload: dict) -> list[str]:
     """The completion notice (DESIGN §7): a ``USER:`` message carrying ``payload`` as JSON.
 

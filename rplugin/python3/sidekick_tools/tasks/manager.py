@@ -250,16 +250,17 @@ class TaskManager:
         self.state_dir = os.path.abspath(os.path.expanduser(state_dir))
         self.tasks_dir = os.path.join(self.state_dir, "tasks")
         self.owner = owner
-        self.max_concurrent = max(1, int(max_concurrent))
-        self.default_timeout = default_timeout
-        self.halt_grace = float(halt_grace)
-        self.retention = retention_pair(retention)
+        self.configure(
+            max_concurrent=max_concurrent,
+            default_timeout=default_timeout,
+            halt_grace=halt_grace,
+            retention=retention,
+            nice=nice,
+        )
         self.poll_interval = poll_interval
         self.poll_max_bytes = poll_max_bytes
         self.exit_grace = exit_grace
         self.purge_interval = purge_interval
-        # Niceness increment of new tasks (0: the host's own priority); settable.
-        self.nice = nice
         self.full_scan_max = full_scan_max
         self._subscribers: list[Callable[[TaskEvent], None]] = []
         self._active: dict[str, _Active] = {}
@@ -273,6 +274,36 @@ class TaskManager:
         self._purge_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._detached: list[runner.TaskProcess] = []
+
+    def configure(
+        self,
+        *,
+        max_concurrent: int,
+        default_timeout: float | None,
+        halt_grace: float,
+        retention: Any,
+        nice: int,
+    ) -> None:
+        """The user's task settings; `setup()` called again changes them live.
+        A higher concurrency limit starts queued tasks at once."""
+        self.max_concurrent = max(1, int(max_concurrent))
+        self.default_timeout = default_timeout
+        self.halt_grace = float(halt_grace)
+        self.retention = retention_pair(retention)
+        # Niceness increment of new tasks (0: the host's own priority).
+        self.nice = int(nice)
+        if getattr(self, "_queue", None):
+            self._pump()
+
+    def settings(self) -> dict[str, Any]:
+        """The settings in force (what `configure` was given, normalised)."""
+        return {
+            "max_concurrent": self.max_concurrent,
+            "default_timeout": self.default_timeout,
+            "halt_grace": self.halt_grace,
+            "retention": {"completed": self.retention[0], "failed": self.retention[1]},
+            "nice": self.nice,
+        }
 
     # ------------------------------------------------------------------ events
 
@@ -362,16 +393,22 @@ class TaskManager:
         owner: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
+        chats: Iterable[str] | None = None,
     ) -> list[Task]:
-        tasks = self.store.list(status=status, owner=owner, limit=limit, offset=offset)
+        tasks = self.store.list(status=status, owner=owner, limit=limit, offset=offset, chats=chats)
         for t in tasks:
             follower = self._live_follower(t.id)
             if follower is not None:
                 t.lines = max(t.lines, follower.lines)
         return tasks
 
-    def count(self, status: StatusFilter = None, owner: str | None = None) -> int:
-        return self.store.count(status=status, owner=owner)
+    def count(
+        self,
+        status: StatusFilter = None,
+        owner: str | None = None,
+        chats: Iterable[str] | None = None,
+    ) -> int:
+        return self.store.count(status=status, owner=owner, chats=chats)
 
     def queue_position(self, token: str) -> int | None:
         """How many queued tasks are ahead of `token` (None: not queued here)."""

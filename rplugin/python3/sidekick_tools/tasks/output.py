@@ -117,9 +117,11 @@ def summary_of(text: str, max_lines: int = SUMMARY_LINES, max_bytes: int = SUMMA
     """The summary of some output.
 
     ANSI codes stripped; then the content from the last `[RESULT]` marker on
-    (the marker itself removed) if there is one; else the content after the
-    last line starting with `> ` (a prompt), if non-empty; else the tail (last
-    `max_lines` lines, at most `max_bytes` bytes).
+    (the marker itself removed) if there is one; else the agent's last
+    response: what follows the last `> ` at the start of a line, the rest of
+    that line included (kiro-style CLIs print `> ` then the answer on the same
+    line), up to the end, if non-empty; else the tail (last `max_lines` lines,
+    at most `max_bytes` bytes).
     """
     text = clean(text)
     found = _from_last_result(text)
@@ -145,11 +147,12 @@ def _from_last_result(text: str) -> str | None:
 
 def _prompt_or_tail(text: str, max_lines: int, max_bytes: int) -> str:
     """Summary of cleaned `text` without a `[RESULT]`: what follows the last
-    prompt line (`> `) if non-empty, else the tail."""
+    `> ` at the start of a line (that line's rest included) if non-empty, else
+    the tail."""
     lines = text.split("\n")
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].startswith("> "):
-            after = "\n".join(lines[i + 1 :]).strip("\n").rstrip()
+            after = "\n".join([lines[i][2:], *lines[i + 1 :]]).strip("\n").rstrip()
             if after.strip():
                 return after
             break
@@ -308,7 +311,9 @@ class LogFollower:
         self.bytes_read = 0  # bytes read from disk, ever
         self.progress: Progress | None = None
         self.result_offset: int | None = None  # file offset of the last [RESULT] line
-        self.prompt_end: int | None = None  # file offset just after the last "> " line
+        # file offset just after the last "> " that starts a line: the agent's
+        # last response starts there (the rest of that line included)
+        self.prompt_end: int | None = None
         self._pos = 0  # file offset read up to
         self._pending = b""  # partial last line (bytes before _pos)
         self._at_line_start = True  # _pending (or next data) starts a line
@@ -444,10 +449,7 @@ class LogFollower:
             start = _line_start(buf, pos, lo)
             ok = not (start == lo and not self._at_line_start)
             if ok and (start == pos or not _ANSI_B.sub(b"", buf[start:pos])):
-                stop = _line_end(buf, pos, hi)
-                if stop + 2 <= hi and buf[stop : stop + 2] == b"\r\n":
-                    return stop + 2
-                return min(stop + 1, hi)
+                return pos + 2  # the response starts on the prompt's own line
             end = start  # skip the rest of this line
             if end <= lo:
                 return None

@@ -22,7 +22,7 @@ import sqlite3
 import stat
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol, TypeVar, Union
+from typing import Any, Optional, Protocol, TypeVar, Union
 
 from .model import TERMINAL, Task, TaskStatus, is_token, new_token
 
@@ -102,6 +102,7 @@ CREATE INDEX IF NOT EXISTS tasks_status_created ON tasks (status, created_at);
 CREATE INDEX IF NOT EXISTS tasks_owner_created ON tasks (owner, created_at);
 CREATE INDEX IF NOT EXISTS tasks_owner_status_created ON tasks (owner, status, created_at);
 CREATE INDEX IF NOT EXISTS tasks_status_ended ON tasks (status, ended_at);
+CREATE INDEX IF NOT EXISTS tasks_chat_created ON tasks (chat, created_at);
 CREATE TABLE IF NOT EXISTS read_offsets (
     token TEXT NOT NULL,
     chat TEXT NOT NULL,
@@ -136,8 +137,14 @@ class TaskStore(Protocol):
         owner: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
+        chats: Iterable[str] | None = None,
     ) -> list[Task]: ...
-    def count(self, status: StatusFilter = None, owner: str | None = None) -> int: ...
+    def count(
+        self,
+        status: StatusFilter = None,
+        owner: str | None = None,
+        chats: Iterable[str] | None = None,
+    ) -> int: ...
     def delete(self, token: str) -> bool: ...
     def purge(self, now: float, retention: Any) -> list[str]: ...
     def mark_read(self, token: str) -> bool: ...
@@ -169,6 +176,41 @@ def retention_pair(retention: Any) -> tuple[float, float]:
         return float(retention.completed), float(retention.failed)
     completed, failed = retention
     return float(completed), float(failed)
+
+
+Scope = Optional[tuple[str, str]]  # ("owner" | "chat", value); None: every task
+
+
+def _scopes(owner: str | None, chats: Iterable[str] | None) -> list[Scope]:
+    """The index scans that together select `owner`'s tasks or `chats`' tasks."""
+    scopes: list[Scope] = []
+    if owner is not None:
+        scopes.append(("owner", owner))
+    for chat in sorted(set(chats or ())):
+        scopes.append(("chat", chat))
+    return scopes or [None]
+
+
+def _where(scope: Scope, status: str | None) -> tuple[list[str], list[Any]]:
+    where: list[str] = []
+    params: list[Any] = []
+    if scope is not None:
+        where.append(f"{scope[0]} = ?")
+        params.append(scope[1])
+    if status is not None:
+        where.append("status = ?")
+        params.append(status)
+    return where, params
+
+
+def _unique_rows(rows: Iterable[tuple]) -> Iterable[tuple]:
+    """Rows without repeats (a task may be both the owner's and an open chat's)."""
+    seen: set[str] = set()
+    token = _COLUMNS.index("token")
+    for row in rows:
+        if row[token] not in seen:
+            seen.add(row[token])
+            yield row
 
 
 def _purgeable(task: Task, now: float, completed: float, failed: float) -> bool:
@@ -548,45 +590,53 @@ class SqliteStore:
         owner: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
+        chats: Iterable[str] | None = None,
     ) -> list[Task]:
         """Tasks newest first (by `created_at`, then insertion order).
 
-        Every query walks an index in order and stops after `offset + limit`
-        rows, so a page costs the same with 100 or 100,000 stored tasks. A set
-        of several statuses is answered by merging one indexed query per status.
+        `owner` and `chats` together select the tasks of that owner OR started
+        from one of those chats. Every query walks an index in order and stops
+        after `offset + limit` rows, so a page costs the same with 100 or
+        100,000 stored tasks. Several statuses, or an owner with chats, are
+        answered by merging one indexed query per (status, owner or chat).
         """
         statuses = normalize_status(status)
-        base_where, base_params = [], []
-        if owner is not None:
-            base_where.append("owner = ?")
-            base_params.append(owner)
-        if statuses is None or len(statuses) == 1:
-            where, params = list(base_where), list(base_params)
-            if statuses:
-                where.append("status = ?")
-                params.append(next(iter(statuses)))
+        scopes = _scopes(owner, chats)
+        status_list: list[str | None] = sorted(statuses) if statuses else [None]
+        upto = None if limit is None else offset + limit
+        if len(scopes) * len(status_list) == 1:
+            where, params = _where(scopes[0], status_list[0])
             rows = self._select(where, params, limit, offset)
         else:
-            upto = None if limit is None else offset + limit
             streams = [
-                self._select(base_where + ["status = ?"], base_params + [s], upto, 0)
-                for s in sorted(statuses)
+                self._select(*_where(scope, st), upto, 0) for scope in scopes for st in status_list
             ]
             merged = heapq.merge(*streams, key=lambda r: (r[_CREATED_AT], r[-1]), reverse=True)
-            end = None if limit is None else offset + limit
-            rows = list(itertools.islice(merged, offset, end))
+            rows = list(itertools.islice(_unique_rows(merged), offset, upto))
         tasks = [_from_row(r[:-1]) for r in rows]
         self._attach_offsets(tasks)
         return tasks
 
     @_guarded
-    def count(self, status: StatusFilter = None, owner: str | None = None) -> int:
+    def count(
+        self,
+        status: StatusFilter = None,
+        owner: str | None = None,
+        chats: Iterable[str] | None = None,
+    ) -> int:
         assert self._conn is not None
         statuses = normalize_status(status)
         where, params = [], []
+        scope = []
         if owner is not None:
-            where.append("owner = ?")
+            scope.append("owner = ?")
             params.append(owner)
+        chat_list = sorted(set(chats or ()))
+        if chat_list:
+            scope.append(f"chat IN ({', '.join('?' * len(chat_list))})")
+            params.extend(chat_list)
+        if scope:
+            where.append("(" + " OR ".join(scope) + ")")
         if statuses is not None:
             where.append(f"status IN ({', '.join('?' * len(statuses))})")
             params.extend(sorted(statuses))
@@ -715,12 +765,15 @@ class MemoryStore:
         with self._lock:
             return self._out(token) if token in self._tasks else None
 
-    def _matching(self, statuses: frozenset[str] | None, owner: str | None) -> list[str]:
+    def _matching(
+        self, statuses: frozenset[str] | None, owner: str | None, chats: Iterable[str] | None
+    ) -> list[str]:
+        chat_set = set(chats or ())
         return [
             token
             for token, t in self._tasks.items()
             if (statuses is None or t.status.value in statuses)
-            and (owner is None or t.owner == owner)
+            and ((owner is None and not chat_set) or t.owner == owner or t.chat in chat_set)
         ]
 
     def list(
@@ -729,16 +782,22 @@ class MemoryStore:
         owner: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
+        chats: Iterable[str] | None = None,
     ) -> list[Task]:
         with self._lock:
-            tokens = self._matching(normalize_status(status), owner)
+            tokens = self._matching(normalize_status(status), owner, chats)
             tokens.sort(key=lambda tok: (self._tasks[tok].created_at, self._seq[tok]), reverse=True)
             end = None if limit is None else offset + limit
             return [self._out(tok) for tok in tokens[offset:end]]
 
-    def count(self, status: StatusFilter = None, owner: str | None = None) -> int:
+    def count(
+        self,
+        status: StatusFilter = None,
+        owner: str | None = None,
+        chats: Iterable[str] | None = None,
+    ) -> int:
         with self._lock:
-            return len(self._matching(normalize_status(status), owner))
+            return len(self._matching(normalize_status(status), owner, chats))
 
     def delete(self, token: str) -> bool:
         with self._lock:

@@ -2,7 +2,8 @@
 
 ``config.agents[name].cmd`` is an argv list; every ``{message}`` inside an item
 is replaced by the message (an item may hold more text around it). When no
-item holds ``{message}``, the message is appended as the last argument. Each
+item holds ``{message}``, the message is appended after ``--``, the end of
+options (see `build_command`: a message never becomes an option). Each
 item is quoted with `shlex.quote`, so the message reaches the agent as one
 argument whatever it contains. The agent's ``env`` is added to the host's
 environment (plus ``SIDEKICK_AGENT=<name>``); it runs in the agent's ``cwd``
@@ -28,7 +29,7 @@ from .schema import validate
 PLACEHOLDER = "{message}"
 LABEL_CHARS = 80
 
-_SETUP_HINT = 'setup({ agents = { name = { cmd = { "my-agent", "-p", "{message}" } } } })'
+_SETUP_HINT = 'setup({ agents = { name = { cmd = { "my-agent", "-p", "--", "{message}" } } } })'
 
 
 class UseAgent:
@@ -98,13 +99,17 @@ class UseAgent:
                 f'agent "{name}": working directory {cwd} {what}', reason="bad_config"
             )
 
+        try:
+            command = build_command(agent.cmd, message)
+        except ValueError as e:
+            return ToolResult.fail(f'agent "{name}": {e}', reason="bad_message")
         env = {str(k): str(v) for k, v in (agent.env or {}).items()}
         env["SIDEKICK_AGENT"] = name
         timeout = params.get("timeout_seconds")
         spec = rtc.TaskSpec(
             tool=self.name,
             label=label_for(name, message),
-            command=build_command(agent.cmd, message),
+            command=command,
             cwd=cwd,
             env=env,
             timeout=float(timeout) if timeout else None,
@@ -120,12 +125,28 @@ class UseAgent:
 
 
 def build_command(cmd: list[str], message: str) -> str:
-    """The shell command line for argv ``cmd`` with ``{message}`` substituted."""
+    """The shell command line for argv ``cmd`` with ``{message}`` substituted.
+
+    The message must stay an argument: the agent CLI must never read it as an
+    option (a message "--dangerously-skip-permissions ..." from a model, say).
+    Without a ``{message}`` item it is appended after ``--`` (the end of
+    options). A ``{message}`` item of its own, with no ``--`` before it, takes
+    no message starting with ``-``: ValueError says how to configure the agent.
+    An item with text around ``{message}`` (``--prompt={message}``) is safe."""
     argv = [str(part) for part in cmd]
-    if any(PLACEHOLDER in part for part in argv):
-        argv = [part.replace(PLACEHOLDER, message) for part in argv]
-    else:
-        argv.append(message)
+    if not any(PLACEHOLDER in part for part in argv):
+        return " ".join(shlex.quote(part) for part in [*argv, "--", message])
+    if message.startswith("-"):
+        for part in argv:
+            if part == "--":
+                break
+            if part == PLACEHOLDER:
+                raise ValueError(
+                    'the message starts with "-", which the agent CLI would read as an '
+                    'option: put "--" (the end of options) before "{message}" in the '
+                    'agent\'s cmd, e.g. { "claude", "-p", "--", "{message}" }'
+                )
+    argv = [part.replace(PLACEHOLDER, message) for part in argv]
     return " ".join(shlex.quote(part) for part in argv)
 
 

@@ -1,0 +1,265 @@
+"""Everyday editing never stops the plugin (DESIGN §5): saving, reloading,
+formatters that rewrite the buffer on save, undo/redo, fileformat changes.
+
+Each test acts as a user does: run a call, save, run the next one; let a
+background task end after the buffer was saved, reloaded or reformatted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+HEAD = "USER: go\n\nASSISTANT: On it.\n\n"
+
+
+def call(call_id: str, command: str, **extra) -> str:
+    params = {"command": command, **extra}
+    return f"```tool run_terminal_command id={call_id}\n{json.dumps(params)}\n```\n"
+
+
+def row_of(editor, needle: str) -> int:
+    """0-based row of the first line starting with `needle`."""
+    return next(i for i, line in enumerate(editor.lines()) if line.startswith(needle))
+
+
+def background(editor, call_id: str, marker) -> str:
+    """Run call `call_id` (a command waiting for `marker`) until it is in the background."""
+    editor.run_tool(row_of(editor, f"```tool run_terminal_command id={call_id}") + 1)
+    editor.wait_text(f"```result id={call_id} status=running task=")
+    return next(
+        t["id"]
+        for t in editor.lua("return require('sidekick_tools').list_tasks({ all = true })")
+        if t["call_id"] == call_id
+    )
+
+
+def wait_cmd(marker, then: str = "echo done") -> str:
+    return f"while [ ! -e {marker} ]; do sleep 0.05; done; {then}"
+
+
+def test_run_save_run_again(editor):
+    editor.setup()
+    editor.open_chat(HEAD + call("a", "echo first") + "\n" + call("b", "echo second"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=a status=completed exit=0")
+    editor.nvim.command("write")
+    editor.run_tool(row_of(editor, "```tool run_terminal_command id=b") + 1)
+    editor.wait_text("```result id=b status=completed exit=0")
+    editor.nvim.command("write")
+    # and once more on a call written by hand, which gets an id on its way
+    editor.lua(
+        "vim.api.nvim_buf_set_lines(0, -1, -1, false, {'', 'ASSISTANT: more', '',"
+        " '```tool run_terminal_command', '{\"command\": \"echo third\"}', '```'})"
+    )
+    editor.nvim.command("write")
+    editor.run_tool(len(editor.lines()) - 1)  # the JSON line of the new call
+    editor.wait_text("third\n```")
+    assert not [n for n in editor.notifications() if "changed while starting" in n]
+
+
+def test_run_tools_after_a_save(editor):
+    editor.setup()
+    editor.open_chat(HEAD + call("a", "echo one") + "\n" + call("b", "echo two"))
+    editor.nvim.command("write")
+    res = editor.lua("return require('sidekick_tools').run_tools()")
+    assert res["count"] == 2
+    editor.wait_text("```result id=b status=completed exit=0")
+    assert "```result id=a status=completed exit=0" in editor.text()
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        "write",
+        "edit!",
+        "checktime",
+        "set fileformat=dos | write",
+        "set fileencoding=latin1 | write",
+        "format",
+        "undo",
+    ],
+)
+def test_background_result_lands_after(editor, between):
+    """A task that ends after the chat was saved, reloaded, reformatted on save
+    or undone still writes its result and notice."""
+    editor.setup(tasks={"hybrid_threshold": 0.3})
+    marker = editor.workdir / "release"
+    editor.open_chat(HEAD + call("bg", wait_cmd(marker, "echo '[RESULT] all good'")))
+    token = background(editor, "bg", marker)
+    editor.nvim.command("write")
+    if between == "format":
+        # the way conform.nvim and vim.lsp.buf.format rewrite a buffer on save
+        editor.lua(
+            "vim.api.nvim_create_autocmd('BufWritePre', { buffer = 0, callback = function()"
+            " local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)"
+            " for i, l in ipairs(lines) do lines[i] = (l:gsub('%s+$', '')) end"
+            " vim.api.nvim_buf_set_lines(0, 0, -1, false, lines) end })"
+        )
+        editor.nvim.command("write")
+    elif between == "undo":
+        editor.lua("vim.api.nvim_buf_set_lines(0, 0, 0, false, {'a line typed and undone'})")
+        editor.nvim.command("undo")
+    elif between == "checktime":
+        # the file changes outside Neovim; the buffer is reloaded on :checktime
+        path = editor.workdir / "chat.sidekick.md"
+        path.write_text(path.read_text() + "\nUSER: written elsewhere\n")
+        editor.nvim.command("set autoread")
+        editor.nvim.command("checktime")
+        editor.wait_text("written elsewhere")
+    else:
+        editor.nvim.command(between)
+    marker.write_text("")
+    out = editor.wait_text("```result id=bg status=completed exit=0")
+    assert sum(1 for line in out.split("\n") if line.startswith("```result id=bg")) == 1
+    editor.wait_text(f"USER: [sidekick task {token} completed]")
+    editor.wait_diag(row_of(editor, "```tool run_terminal_command id=bg"), "✓")
+    # and the chat goes on: a new call after all that runs and writes its result
+    editor.lua(
+        "vim.api.nvim_buf_set_lines(0, -1, -1, false, {'', 'ASSISTANT: next', '',"
+        " '```tool run_terminal_command id=next', '{\"command\": \"echo next\"}', '```'})"
+    )
+    editor.run_tool(len(editor.lines()) - 1)
+    editor.wait_text("```result id=next status=completed exit=0")
+
+
+def test_notices_land_in_the_order_their_tasks_ended(editor):
+    editor.setup(tasks={"hybrid_threshold": 0.2})
+    m1, m2 = editor.workdir / "m1", editor.workdir / "m2"
+    editor.open_chat(HEAD + call("one", wait_cmd(m1)) + "\n" + call("two", wait_cmd(m2)))
+    first = background(editor, "one", m1)
+    second = background(editor, "two", m2)
+    m2.write_text("")
+    editor.wait_text(f"USER: [sidekick task {second} completed]")
+    # the chat now ends with that notice (a USER message the plugin wrote), then
+    # an empty `USER: ` line the user deletes: the next notice goes after it
+    assert editor.lines()[-1] == "USER: "
+    editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {})")
+    m1.write_text("")
+    text = editor.wait_text(f"USER: [sidekick task {first} completed]")
+    assert text.index(f"task {second} completed") < text.index(f"task {first} completed")
+
+
+def test_a_result_whose_call_was_deleted_is_said_once(editor):
+    editor.setup(tasks={"hybrid_threshold": 0.2})
+    marker = editor.workdir / "m"
+    editor.open_chat(HEAD + call("gone", wait_cmd(marker)))
+    token = background(editor, "gone", marker)
+    start = row_of(editor, "```tool run_terminal_command id=gone")
+    end = row_of(editor, "```result id=gone")
+    editor.lua("local s, e = ... vim.api.nvim_buf_set_lines(0, s, e, false, {})", start, end + 3)
+    marker.write_text("")
+    wait_for(lambda: [n for n in editor.notifications() if token in n and "deleted" in n])
+    said = [n for n in editor.notifications() if token in n and "deleted" in n]
+    assert len(said) == 1
+    assert "id=gone" not in editor.text()
+
+
+def test_undoing_a_result_makes_the_call_pending_again(editor):
+    editor.setup()
+    editor.open_chat(HEAD + call("u", "echo hi"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=u status=completed exit=0")
+    editor.wait_diag(4, "✓")
+    editor.nvim.command("undo")
+    wait_for(lambda: "```result id=u" not in editor.text())
+    editor.wait_diag(4, "▶ run_terminal_command")
+    editor.nvim.command("redo")
+    editor.wait_diag(4, "✓")
+    editor.nvim.command("undo")
+    editor.wait_diag(4, "▶")
+    editor.run_tool(5)
+    editor.wait_text("```result id=u status=completed exit=0")
+    editor.wait_diag(4, "✓")
+
+
+def test_running_state_stays_in_view_after_a_format_on_save(editor):
+    """A formatter that rewrites every line drops extmarks: the running call's
+    mark is set again, so its ⟳ does not vanish."""
+    editor.setup(tasks={"hybrid_threshold": 0.2})
+    marker = editor.workdir / "m"
+    editor.open_chat(HEAD + call("f", wait_cmd(marker)))
+    background(editor, "f", marker)
+    editor.wait_diag(4, "⟳")
+    editor.lua(
+        "vim.api.nvim_create_autocmd('BufWritePre', { buffer = 0, callback = function()"
+        " vim.api.nvim_buf_set_lines(0, 0, -1, false,"
+        " vim.api.nvim_buf_get_lines(0, 0, -1, false)) end })"
+    )
+    editor.nvim.command("write")
+    # what the next redraw (the running clock ticks every second) shows
+    wait_for(
+        lambda: (
+            editor.lua(
+                "local d = require('sidekick_tools.render.diagnostics')"
+                " d.draw(vim.api.nvim_get_current_buf()) return true"
+            )
+            and (editor.diag_at(4) or {}).get("message", "").startswith("⟳")
+        )
+    )
+    marker.write_text("")
+    editor.wait_diag(4, "✓")
+
+
+def test_deny_plan_and_run_call_requests(editor):
+    """The host side of :SidekickDeny, :SidekickRunTools' confirmation and rerun."""
+    editor.setup()
+    editor.open_chat(
+        HEAD
+        + call("safe", "ls")
+        + "\n"
+        + call("risky", "rm -rf build")
+        + "\n"
+        + call("no", "curl example.com")
+    )
+    host = "require('sidekick_tools.host')"
+    buf = editor.nvim.current.buffer.number
+    plan = editor.lua(f"return {host}.request('plan', ...)", buf, str(editor.workdir))
+    assert [(p["id"], p["verdict"]) for p in plan] == [
+        ("safe", "approve"),
+        ("risky", "ask"),
+        ("no", "ask"),
+    ]
+    assert plan[1]["what"] == "rm -rf build"
+    row = row_of(editor, "```tool run_terminal_command id=no")
+    editor.lua(f"return {host}.request('deny', ...)", buf, row, "  not on   my network ")
+    text = editor.wait_text("```result id=no status=denied reason=user")
+    assert "not on my network" in text.split("status=denied reason=user", 1)[1]
+    editor.wait_diag(row, "⊘ run_terminal_command")
+    # denying twice, or a line with no call, is refused with a message
+    for r in (row, 0):
+        ok = editor.lua(f"return pcall({host}.request, 'deny', ...)", buf, r, "")
+        assert ok is False
+
+    # a call run again replaces its result block
+    def token() -> str | None:
+        line = next((x for x in editor.lines() if x.startswith("```result id=safe")), "")
+        return line.split("task=")[1].split()[0] if "task=" in line else None
+
+    editor.lua(f"return {host}.request('run_call', ...)", buf, "safe", str(editor.workdir))
+    first = wait_for(token)
+    editor.lua(f"return {host}.request('run_call', ...)", buf, "safe", str(editor.workdir))
+    wait_for(lambda: token() not in (None, first))
+    assert editor.text().count("```result id=safe") == 1
+
+
+def test_a_notice_carries_a_short_tail_and_the_log(editor):
+    editor.setup(tasks={"hybrid_threshold": 0.2}, result={"notice_lines": 4})
+    marker = editor.workdir / "m"
+    editor.open_chat(HEAD + call("long", wait_cmd(marker, "seq 1 50")))
+    token = background(editor, "long", marker)
+    marker.write_text("")
+    text = editor.wait_text(f"USER: [sidekick task {token} completed]")
+    lines = text.split("\n")
+    start = lines.index(f"USER: [sidekick task {token} completed]") + 2
+    payload = json.loads("\n".join(lines[start : lines.index("```", start)]))
+    out = payload["output"].split("\n")
+    assert out[1:] == ["47", "48", "49", "50"]
+    assert "46 earlier lines truncated" in out[0] and payload["log"] in out[0]
+    # the result block above keeps up to result.max_lines
+    block = text.split("```result id=long status=completed", 1)[1]
+    assert "\n1\n2\n" in block
