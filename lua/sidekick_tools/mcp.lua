@@ -9,11 +9,11 @@ local M = {}
 M.NAME = "sidekick-tools"
 
 -- Prints "3.11" on one line, the installed mcp version (or nothing) on the next.
--- The working directory is dropped from sys.path first: the probe runs in the
--- user's project, whose mcp.py must not answer for the real package.
+-- Like the server (host.command), it ignores PYTHON* variables and keeps only
+-- absolute sys.path entries: the project's mcp.py must not answer for the package.
 local PROBE = table.concat({
   "import sys",
-  "sys.path[:] = [p for p in sys.path if p not in ('', '.')]",
+  "sys.path[:] = [p for p in sys.path if p.startswith('/')]",
   "print('%d.%d' % sys.version_info[:2])",
   "from importlib import metadata",
   "v = ''",
@@ -25,7 +25,7 @@ local PROBE = table.concat({
 ---@param python string
 function M.probe(python)
   local ok, res = pcall(function()
-    return vim.system({ python, "-c", PROBE }, { text = true }):wait(10000)
+    return vim.system({ python, "-E", "-c", PROBE }, { text = true }):wait(10000)
   end)
   if not ok or res.code ~= 0 then
     return nil
@@ -42,12 +42,9 @@ local function at_least(version, major, minor)
 end
 M.at_least = at_least
 
--- Python 3.10 has no -P: this bootstrap drops the working directory itself.
-M.BOOTSTRAP = "import sys, runpy; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
-  .. "runpy.run_module('sidekick_tools.mcp', run_name='__main__', alter_sys=True)"
-
---- The server's command: { python, args, env, version, mcp } (nil and a message when
---- there is no interpreter). `-P` keeps the project's modules off the import path.
+--- The server's command: { argv, python, version, mcp } (nil and a message when
+--- there is no interpreter). It starts the way the host does (host.command: `-E`
+--- and a bootstrap that keeps the project folder off sys.path), on any Python.
 function M.server_command()
   local python, source = host.find_python()
   if not python then
@@ -55,20 +52,9 @@ function M.server_command()
       "sidekick_tools: no Python interpreter found (" .. source .. "); run :SidekickInstall"
   end
   local info = M.probe(python) or {}
-  local args
-  if info.version and not at_least(info.version, 3, 11) then
-    args = { "-c", M.BOOTSTRAP }
-  else
-    args = { "-P", "-m", "sidekick_tools.mcp" }
-  end
-  vim.list_extend(args, { "--state-dir", config.state_dir() })
-  return {
-    python = python,
-    args = args,
-    env = { PYTHONPATH = host.root() .. "/rplugin/python3" },
-    version = info.version,
-    mcp = info.mcp,
-  }
+  local argv = host.command(python, "sidekick_tools.mcp")
+  vim.list_extend(argv, { "--state-dir", config.state_dir() })
+  return { argv = argv, python = python, version = info.version, mcp = info.mcp }
 end
 
 local function shell_word(word)
@@ -89,15 +75,11 @@ function M.registration()
   if not cmd then
     return nil, err
   end
-  local claude = { "claude", "mcp", "add", "--scope", "user", M.NAME }
-  table.insert(claude, "-e")
-  table.insert(claude, "PYTHONPATH=" .. cmd.env.PYTHONPATH)
-  table.insert(claude, "--")
-  table.insert(claude, cmd.python)
-  vim.list_extend(claude, cmd.args)
+  local claude = { "claude", "mcp", "add", "--scope", "user", M.NAME, "--" }
+  vim.list_extend(claude, cmd.argv)
   local json = vim.json.encode({
     mcpServers = {
-      [M.NAME] = { command = cmd.python, args = cmd.args, env = cmd.env },
+      [M.NAME] = { command = cmd.argv[1], args = vim.list_slice(cmd.argv, 2) },
     },
   })
   local lines = {

@@ -83,19 +83,29 @@ def test_sidekick_mcp_prints_a_command_line_that_starts_the_server(editor):
     printed = editor.nvim.exec_lua("return vim.api.nvim_exec2('SidekickMcp', { output = true })")
     text = printed["output"]
     claude = next(line.strip() for line in text.splitlines() if line.strip().startswith("claude"))
-    prefix = "claude mcp add --scope user sidekick-tools -e PYTHONPATH="
-    assert claude.startswith(prefix)
-    assert f"-- {sys.executable} -P -m sidekick_tools.mcp --state-dir {editor.state_dir}" in claude
+    assert claude.startswith(
+        f"claude mcp add --scope user sidekick-tools -- {sys.executable} -E -c "
+    )
+    assert claude.endswith(f"rplugin/python3 --state-dir {editor.state_dir}")
     assert "Warning" not in text
     snippet = json.loads(next(line for line in text.splitlines() if "mcpServers" in line))
     entry = snippet["mcpServers"]["sidekick-tools"]
-    assert entry["command"] == sys.executable
-    # the printed entry, as a generic client would start it, serves tool calls
+    assert entry["command"] == sys.executable and "env" not in entry
+    assert entry["args"][-2:] == ["--state-dir", str(editor.state_dir)]
+    # the printed entry, started as a generic client would, in a project whose
+    # modules shadow real ones (and with PYTHONPATH pointing at them), serves calls
+    project = editor.workdir / "project"
+    marker = editor.workdir / "imported"
+    for name in ("sidekick_tools/__init__", "mcp/__init__", "logging", "json", "runpy"):
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write('{name}')\n")
     from mcp import StdioServerParameters
 
-    env = {**passed_env(), **entry["env"]}
     params = StdioServerParameters(
-        command=entry["command"], args=entry["args"], env=env, cwd=str(editor.workdir)
+        command=entry["command"],
+        args=entry["args"],
+        env={**passed_env(), "PYTHONPATH": str(project)},
+        cwd=str(project),
     )
     client = SyncClient(params)
     try:
@@ -103,6 +113,7 @@ def test_sidekick_mcp_prints_a_command_line_that_starts_the_server(editor):
     finally:
         client.close()
     assert not is_error and output_of(text) == "from-the-printed-command"
+    assert not marker.exists(), marker.read_text()
     token = head(text)["task"]
     assert any(t["id"] == token and t["chat"] == "mcp:pytest-agent" for t in all_tasks(editor))
 
@@ -220,28 +231,3 @@ def test_the_editor_follows_an_agents_task_live(editor, agent):
     # the end reaches the output view and the task list without an event
     wait_lines(editor, out_buf, lambda ls: any("completed" in x for x in ls[-3:]))
     wait_lines(editor, tasks_buf, lambda ls: any(token in x and x.startswith("✓") for x in ls))
-
-
-def test_the_python_3_10_form_keeps_the_project_off_the_path_too(editor):
-    """Python 3.10 has no -P: :SidekickMcp then prints a -c bootstrap instead."""
-    bootstrap = editor.lua("return require('sidekick_tools.mcp').BOOTSTRAP")
-    project = editor.workdir / "project"
-    (project / "sidekick_tools").mkdir(parents=True)
-    marker = editor.workdir / "imported"
-    for name in ("sidekick_tools/__init__", "mcp", "logging", "runpy"):
-        (project / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write('{name}')\n")
-    from mcp import StdioServerParameters
-
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-c", bootstrap, "--state-dir", str(editor.state_dir)],
-        env={**passed_env(), "PYTHONPATH": server_params("", "").env["PYTHONPATH"]},
-        cwd=str(project),
-    )
-    client = SyncClient(params)
-    try:
-        text, is_error = client.call("run", {"command": "pwd"})
-    finally:
-        client.close()
-    assert not is_error and output_of(text) == str(project)
-    assert not marker.exists()

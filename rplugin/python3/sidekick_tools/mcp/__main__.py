@@ -2,12 +2,13 @@
 
 MCP clients start the server in the user's project, so the working directory
 must never be on ``sys.path``: a ``logging.py`` or ``mcp.py`` there would be
-imported instead of the real module. ``-P`` (Python 3.11+) keeps it off from
-the start; without it the entry is dropped here, before anything else is
-imported (``sys`` and ``os`` are loaded at start-up, never read from disk).
-Only ``-P`` also protects against a ``sidekick_tools/`` folder in that
-directory, which Python finds before this file runs: ``:SidekickMcp`` prints
-a command line that uses it (or, on Python 3.10, drops the entry itself).
+imported instead of the real module. ``:SidekickMcp`` prints a command that
+starts the server the way Lua starts the host (``host.command``: ``-E`` and a
+bootstrap that keeps only absolute ``sys.path`` entries, on any Python).
+Started by hand with ``-m``, ``-P`` (Python 3.11+) keeps the directory off;
+without it the entry is dropped here, before anything else is imported
+(``sys`` and ``os`` are loaded at start-up, never read from disk), which
+protects from everything but a ``sidekick_tools/`` folder there.
 """
 
 import os
