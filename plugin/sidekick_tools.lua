@@ -22,13 +22,18 @@ local names = {
   SidekickHalt = { nargs = "?", desc = "Cancel the task under the cursor, or TOKEN" },
   SidekickTasks = {
     nargs = "?",
-    desc = "List tasks: [running|completed|failed|all]",
+    bang = true,
+    desc = "List tasks (!: every Neovim's and MCP client's): [running|completed|failed|all]",
     complete = function()
       return { "running", "completed", "failed", "all" }
     end,
   },
   SidekickOutput = { nargs = "*", desc = "Live view of a task's output: [TOKEN] [/regex/]" },
-  SidekickInstall = { nargs = 0, desc = "Create the plugin's own Python venv with pynvim" },
+  SidekickInstall = {
+    nargs = 0,
+    desc = "Create the plugin's own Python venv with pynvim (and mcp on Python 3.10+)",
+  },
+  SidekickMcp = { nargs = 0, desc = "Print the command that registers the MCP server" },
 }
 
 for name, opts in pairs(names) do

@@ -28,13 +28,16 @@ M.commands = {
     end
   end,
   SidekickTasks = function(a)
-    require("sidekick_tools.render.tasks").open({ status = a.fargs[1] })
+    require("sidekick_tools.render.tasks").open({ status = a.fargs[1], all = a.bang })
   end,
   SidekickOutput = function(a)
     require("sidekick_tools.render.output").open_from_args(a.fargs, a.args)
   end,
   SidekickInstall = function()
     require("sidekick_tools.install").run()
+  end,
+  SidekickMcp = function()
+    require("sidekick_tools.mcp").print()
   end,
 }
 

@@ -85,6 +85,24 @@ M.options = {
     "number",
     "Output lines a completion notice carries (tail; the notice names the full log)",
   },
+  {
+    "mcp.share_editor_tasks",
+    false,
+    "boolean",
+    "MCP clients may await, halt and read this Neovim's own tasks (:h sidekick_tools-mcp)",
+  },
+  {
+    "mcp.await_timeout",
+    50,
+    "number",
+    "Longest wait of one MCP call (await, and run/ask before answering with a token), seconds",
+  },
+  {
+    "mcp.kill_on_exit",
+    true,
+    "boolean",
+    "The MCP server halts the tasks it runs when it exits (false: the next one reattaches them)",
+  },
   { "notify", "background", "string", '"always", "never" or "background" (chat not visible)' },
   {
     "keymaps.run_tool",
@@ -261,6 +279,59 @@ end
 
 function M.state_dir()
   return M.current.state_dir or (vim.fn.stdpath("state") .. "/sidekick_tools")
+end
+
+--- What the MCP server reads from <state_dir>/mcp.json: agents, task limits,
+--- result size and the mcp options. Never keys, policies or the chat settings.
+function M.mcp_settings()
+  local c = M.current
+  local agents = vim.empty_dict()
+  for name, agent in pairs(c.agents or {}) do
+    agents[name] = { cmd = agent.cmd, env = agent.env or vim.empty_dict(), cwd = agent.cwd }
+  end
+  return {
+    state_dir = M.state_dir(),
+    tasks = c.tasks,
+    agents = agents,
+    result = c.result,
+    mcp = c.mcp,
+  }
+end
+
+--- Write mcp.json (dir 0700, file 0600) when its content changed. Returns the
+--- path, or nil and the reason it could not be written.
+---@return string|nil path, string|nil err
+function M.write_mcp_settings()
+  local uv = vim.uv or vim.loop
+  local dir = M.state_dir()
+  local path = dir .. "/mcp.json"
+  local text = vim.json.encode(M.mcp_settings())
+  local fd = uv.fs_open(path, "r", 384)
+  if fd then
+    local stat = uv.fs_fstat(fd)
+    local old = stat and stat.size == #text and uv.fs_read(fd, stat.size, 0)
+    uv.fs_close(fd)
+    if old == text then
+      return path
+    end
+  end
+  if vim.fn.isdirectory(dir) == 0 and vim.fn.mkdir(dir, "p", 448) == 0 then
+    return nil, "cannot create " .. dir
+  end
+  local tmp = string.format("%s.%d.tmp", path, vim.fn.getpid())
+  local out, err = uv.fs_open(tmp, "w", 384)
+  if not out then
+    return nil, err
+  end
+  uv.fs_write(out, text, 0)
+  uv.fs_close(out)
+  uv.fs_chmod(tmp, 384)
+  local ok, rename_err = uv.fs_rename(tmp, path)
+  if not ok then
+    uv.fs_unlink(tmp)
+    return nil, rename_err
+  end
+  return path
 end
 
 --- The serialisable part sent to the host (functions stay in Lua).

@@ -51,6 +51,34 @@ function M.check()
     h.info("host not started yet (it starts on first use)")
   end
 
+  h.start("sidekick_tools: MCP server (optional)")
+  local mcp = require("sidekick_tools.mcp")
+  local info = mcp.probe(python)
+  if not info then
+    h.warn("could not ask " .. python .. " for its version and the mcp package")
+  elseif not mcp.at_least(info.version, 3, 10) then
+    h.info(
+      string.format("Python %s: the MCP server needs Python 3.10 or later", info.version),
+      { "set setup({ python = ... }) to a newer interpreter to use it" }
+    )
+  elseif info.mcp then
+    h.ok(
+      string.format(
+        "mcp %s is importable by %s; :SidekickMcp prints how to register the server",
+        info.mcp,
+        python
+      )
+    )
+  else
+    h.warn(
+      "the mcp package is not installed for " .. python .. " (needed only for the MCP server)",
+      {
+        ":SidekickInstall installs it",
+        "or: " .. python .. " -m pip install 'mcp>=2.3,<3'",
+      }
+    )
+  end
+
   h.start("sidekick_tools: storage")
   local dir = config.state_dir()
   h.info("state dir: " .. dir)

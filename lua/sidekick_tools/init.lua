@@ -33,6 +33,11 @@ end
 ---@param opts table|nil see :h sidekick_tools-config
 function M.setup(opts)
   config.setup(opts)
+  -- the MCP server reads the settings it shares with the editor from this file
+  local _, write_err = config.write_mcp_settings()
+  if write_err then
+    vim.notify("sidekick_tools: cannot write mcp.json: " .. write_err, vim.log.levels.WARN)
+  end
   if host.running() then
     pcall(
       host.request,
@@ -94,7 +99,7 @@ function M.halt(token)
 end
 
 --- Tasks from the store, newest first.
----@param opts table|nil { status = "running"|"completed"|"failed"|"cancelled"|"queued"|"all", all = boolean, limit, offset }
+---@param opts table|nil { status = "running"|"completed"|"failed"|"cancelled"|"queued"|"all", all = boolean, owner = "any", limit, offset }
 function M.list_tasks(opts)
   vim.validate({ opts = { opts, "table", true } })
   local ok, res = pcall(host.request, "list_tasks", opts or vim.empty_dict())

@@ -1,4 +1,5 @@
--- :SidekickInstall: a venv of the plugin's own under stdpath("data") with pynvim.
+-- :SidekickInstall: a venv of the plugin's own under stdpath("data") with pynvim,
+-- and the `mcp` package for the MCP server when the venv's Python is 3.10 or later.
 -- Runs asynchronously; the editor stays usable and the result is reported.
 local M = {}
 
@@ -16,6 +17,15 @@ local function step(cmd, on_done)
       on_done(res)
     end)
   end)
+end
+
+--- What pip installs into a venv whose Python is `version` ("3.11").
+function M.packages(version)
+  local list = { "pynvim>=0.5" }
+  if require("sidekick_tools.mcp").at_least(version, 3, 10) then
+    table.insert(list, "mcp>=2.3,<3")
+  end
+  return list
 end
 
 --- Create (or update) the venv; `on_done(ok, message)` is called at the end.
@@ -38,13 +48,29 @@ function M.run(on_done)
       report(false, "sidekick_tools: venv creation failed:\n" .. (res.stderr or ""))
       return
     end
-    step({ host.venv_python(), "-m", "pip", "install", "--quiet", "pynvim>=0.5" }, function(pip)
+    local info = require("sidekick_tools.mcp").probe(host.venv_python()) or {}
+    local packages = M.packages(info.version)
+    local cmd = { host.venv_python(), "-m", "pip", "install", "--quiet" }
+    step(vim.list_extend(cmd, packages), function(pip)
       if pip.code ~= 0 then
-        report(false, "sidekick_tools: pip install pynvim failed:\n" .. (pip.stderr or ""))
+        report(
+          false,
+          "sidekick_tools: pip install "
+            .. table.concat(packages, " ")
+            .. " failed:\n"
+            .. (pip.stderr or "")
+        )
         return
       end
       host.stop()
-      report(true, "sidekick_tools: installed; the host now runs with " .. host.venv_python())
+      local note = #packages > 1 and ""
+        or "\n(the MCP server needs Python 3.10 or later; this venv has "
+          .. tostring(info.version)
+          .. ")"
+      report(
+        true,
+        "sidekick_tools: installed; the host now runs with " .. host.venv_python() .. note
+      )
     end)
   end)
 end

@@ -157,6 +157,7 @@ def test_checkhealth_reports_interpreter_and_storage(editor):
     assert "with pynvim" in text
     assert "host running" in text
     assert "task store: sqlite" in text
+    assert f"is importable by {sys.executable}" in text  # the MCP server's optional package
     assert "ERROR" not in text
 
 
@@ -197,6 +198,9 @@ def test_sidekick_install_creates_a_working_venv(editor):
     assert res[0] is True, res[1]
     venv_python = editor.lua("return require('sidekick_tools.host').venv_python()")
     assert Path(venv_python).exists()
+    if sys.version_info >= (3, 10):  # the MCP server's package comes along
+        probe = [venv_python, "-c", "import mcp.server.lowlevel"]
+        assert subprocess.run(probe, cwd=editor.state_dir.parent).returncode == 0
     # with no python configured, the plugin now uses that venv
     editor.lua("require('sidekick_tools').setup({ state_dir = ... })", str(editor.state_dir))
     assert editor.lua("return require('sidekick_tools.host').find_python()") == venv_python

@@ -109,6 +109,15 @@ local function exit_text(t)
   return table.concat(parts, " ")
 end
 
+--- Who started a task when it was not a chat: "mcp:claude-code" for an MCP client.
+function M.origin(t)
+  local chat = t.chat or ""
+  if chat:sub(1, 4) == "mcp:" then
+    return chat
+  end
+  return ""
+end
+
 local function label_of(t)
   local label = t.label
   if not label or label == "" then
@@ -162,7 +171,7 @@ function M.lines(v, now)
     table.insert(hls, { 1, 0, -1, "SidekickTasksDim" })
     return lines, hls
   end
-  local cols = { tool = 4, time = 4, bar = 0, exit = 0 }
+  local cols = { tool = 4, time = 4, bar = 0, exit = 0, origin = 0 }
   local cells = {}
   for i, t in ipairs(v.rows) do
     local c = {
@@ -173,8 +182,10 @@ function M.lines(v, now)
       bar = progress_text(t),
       exit = exit_text(t),
       label = label_of(t),
+      origin = M.origin(t),
     }
     cells[i] = c
+    cols.origin = math.max(cols.origin, width(c.origin))
     cols.tool = math.max(cols.tool, math.min(24, width(c.tool)))
     cols.time = math.max(cols.time, width(c.time))
     cols.bar = math.max(cols.bar, width(c.bar))
@@ -189,9 +200,15 @@ function M.lines(v, now)
       { c.id, "SidekickTasksToken" },
       { "  " },
       { pad(c.tool, cols.tool), "SidekickTasksTool" },
+    }
+    if cols.origin > 0 then
+      table.insert(segs, { "  " })
+      table.insert(segs, { pad(c.origin, cols.origin), "SidekickTasksOrigin" })
+    end
+    vim.list_extend(segs, {
       { "  " },
       { lpad(c.time, cols.time), "SidekickTasksTime" },
-    }
+    })
     if cols.bar > 0 then
       table.insert(segs, { "  " })
       table.insert(segs, { pad(c.bar, cols.bar), "SidekickTasksProgress" })
@@ -224,21 +241,31 @@ local function any_running(v)
   return false
 end
 
-local render
+local render, schedule_refresh
+
+--- Every Neovim's tasks (and MCP clients') change without events reaching this
+--- Neovim: that view reloads its page each second; the others redraw the times.
+local function ticking(v)
+  return visible(v) and (any_running(v) or v.all)
+end
 
 local function tick()
-  if not visible(view) or not any_running(view) then
+  if not ticking(view) then
     if view then
       stop_timer(view.timer)
       view.timer = nil
     end
     return
   end
-  render(view)
+  if view.all then
+    schedule_refresh(view)
+  else
+    render(view)
+  end
 end
 
 local function ensure_timer(v)
-  if any_running(v) and visible(v) then
+  if ticking(v) then
     if not v.timer then
       v.timer = uv.new_timer()
       v.timer:start(1000, 1000, vim.schedule_wrap(tick))
@@ -317,7 +344,7 @@ function M.refresh()
   place_cursor(v, keep)
 end
 
-local function schedule_refresh(v)
+schedule_refresh = function(v)
   if v.refresh_timer then
     return
   end
@@ -466,6 +493,13 @@ function M.jump(t)
     vim.notify(
       "sidekick_tools: task " .. t.id .. " was not started from a chat",
       vim.log.levels.WARN
+    )
+    return
+  end
+  if M.origin(t) ~= "" then
+    vim.notify(
+      string.format("sidekick_tools: task %s was started by the MCP client %s", t.id, t.chat),
+      vim.log.levels.INFO
     )
     return
   end

@@ -64,6 +64,7 @@ local links = {
   SidekickTasksDim = "Comment",
   SidekickTasksToken = "Identifier",
   SidekickTasksTool = "Function",
+  SidekickTasksOrigin = "Special",
   SidekickTasksTime = "Number",
   SidekickTasksProgress = "DiagnosticInfo",
   SidekickOutputStderr = "DiagnosticWarn",

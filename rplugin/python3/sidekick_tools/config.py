@@ -74,6 +74,15 @@ class AutoAcceptConfig:
 
 
 @dataclass
+class McpConfig:
+    """The MCP face (python -m sidekick_tools.mcp), see DESIGN §11."""
+
+    share_editor_tasks: bool = False  # MCP clients may await/halt/read Neovim's tasks
+    await_timeout: float = 50.0  # cap of one wait, under common ~60 s client limits
+    kill_on_exit: bool = True  # halt the server's own tasks when it exits
+
+
+@dataclass
 class Config:
     state_dir: str = ""
     tasks: TasksConfig = field(default_factory=TasksConfig)
@@ -81,6 +90,7 @@ class Config:
     agents: dict[str, AgentConfig] = field(default_factory=dict)
     result_max_lines: int = 200
     notice_lines: int = 10
+    mcp: McpConfig = field(default_factory=McpConfig)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> Config:
@@ -113,6 +123,7 @@ class Config:
             agents=agents,
             result_max_lines=int(result.get("max_lines", 200)),
             notice_lines=int(result.get("notice_lines", 10)),
+            mcp=McpConfig(**_known(McpConfig, dict(raw.get("mcp") or {}))),
         )
 
 

@@ -16,6 +16,7 @@ from . import __version__
 from .calls import CallRunner, UserError
 from .config import Config
 from .nvim_port import NvimPort
+from .statedir import log_to_file, prepare_state_dir
 from .tasks.manager import TaskManager
 from .tasks.runner import owner_token
 from .tasks.store import MemoryStore, SqliteStore, StoreError
@@ -86,8 +87,8 @@ class Host:
 
     def _init(self, config: Config, info: dict[str, Any] | None) -> Any:
         self.config = config
-        _prepare_state_dir(config.state_dir)
-        _log_to_file(os.path.join(config.state_dir, "host.log"))
+        prepare_state_dir(config.state_dir)
+        log_to_file(os.path.join(config.state_dir, "host.log"))
         nvim_pid = int((info or {}).get("nvim_pid") or os.getppid())
         self.owner = owner_token(nvim_pid)
         store = self._open_store(config)
@@ -349,23 +350,3 @@ def _error_response(msg: str) -> BaseException:
     from pynvim.msgpack_rpc.session import ErrorResponse
 
     return ErrorResponse(msg)
-
-
-def _prepare_state_dir(path: str) -> None:
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    try:
-        os.chmod(path, 0o700)
-    except OSError:
-        pass
-
-
-def _log_to_file(path: str) -> None:
-    root = logging.getLogger("sidekick_tools")
-    if any(isinstance(h, logging.FileHandler) for h in root.handlers):
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.close(fd)
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root.addHandler(handler)
-    root.setLevel(os.environ.get("SIDEKICK_TOOLS_LOG_LEVEL", "INFO"))

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..tasks.model import is_token
 from ..tasks.output import clean, summary_of, tail_bytes
-from .base import ToolContext, ToolResult
+from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
 from .schema import validate
 
 NOT_FOUND = "Task ID not found or expired."
@@ -40,7 +40,7 @@ def normalize_token(raw: Any) -> str:
     return raw.strip().lower() if isinstance(raw, str) else ""
 
 
-def bad_token(raw: Any) -> str | None:
+def bad_token(raw: Any, names: ToolNames = CHAT_NAMES) -> str | None:
     """None when ``raw`` looks like a task token, else the sentence saying why not."""
     token = normalize_token(raw)
     if is_token(token):
@@ -48,8 +48,13 @@ def bad_token(raw: Any) -> str | None:
     return (
         f"{NOT_FOUND} {json.dumps(raw) if isinstance(raw, str) else raw!r} is not a task "
         "token: tokens are 6 lowercase hex characters (e.g. a1b2c3), as given by "
-        "run_terminal_command, use_agent or list_tasks."
+        f"{names.run}, {names.ask} or {names.list}."
     )
+
+
+def names_of(ctx: Any) -> ToolNames:
+    """The tool names the answers given in ``ctx`` use (the chat's by default)."""
+    return getattr(ctx, "names", None) or CHAT_NAMES
 
 
 def not_found(token: str, extra: dict[str, Any] | None = None) -> ToolResult:
@@ -61,7 +66,7 @@ def not_found(token: str, extra: dict[str, Any] | None = None) -> ToolResult:
 def lookup(ctx: Any, raw: Any) -> tuple[str, Any, ToolResult | None]:
     """(token, task, None) for a known task, else (token, None, failed result)."""
     token = normalize_token(raw)
-    problem = bad_token(raw)
+    problem = bad_token(raw, names_of(ctx))
     if problem:
         return token, None, ToolResult.fail(problem, reason="not_found")
     task = ctx.tasks.get(token)
@@ -115,14 +120,14 @@ class TaskTool:
             return refused
         token, task, problem = lookup(ctx, params["task"])
         if problem is not None:
-            return self.unknown(params, problem)
+            return self.unknown(params, ctx, problem)
         return await self.act(params, ctx, token, task)
 
     def check(self, params: dict[str, Any]) -> ToolResult | None:
         """A failed result for parameters the schema cannot judge, else None."""
         return None
 
-    def unknown(self, params: dict[str, Any], problem: ToolResult) -> ToolResult:
+    def unknown(self, params: dict[str, Any], ctx: Any, problem: ToolResult) -> ToolResult:
         """The answer when the token is malformed or names no stored task."""
         return problem
 

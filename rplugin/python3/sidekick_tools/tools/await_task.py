@@ -24,9 +24,14 @@ import time
 from typing import Any
 
 from . import _tasks
-from .base import ToolContext, ToolResult
+from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
 
-STILL_RUNNING = "Task still running. Call await_task again to continue waiting."
+
+def still_running(names: ToolNames = CHAT_NAMES) -> str:
+    return f"Task still running. Call {names.await_} again to continue waiting."
+
+
+STILL_RUNNING = still_running()
 
 
 class AwaitTask(_tasks.TaskTool):
@@ -90,7 +95,7 @@ def describe(ctx: Any, token: str, task: Any, waited: float) -> dict[str, Any]:
         step = getattr(task, "progress_text", None)
         if percent is not None or step:
             payload["progress"] = {"percent": percent, "step": step}
-        payload["message"] = STILL_RUNNING
+        payload["message"] = still_running(_tasks.names_of(ctx))
     return payload
 
 

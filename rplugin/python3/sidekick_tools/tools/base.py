@@ -22,6 +22,26 @@ Fields = dict[str, FieldValue]
 STATUSES = ("completed", "failed", "running", "cancelled", "denied")
 
 
+@dataclass(frozen=True)
+class ToolNames:
+    """What answers call the task tools when they say what to call next.
+
+    The chat's tools by default; another face of the same engine (the MCP
+    server) passes its own names, so a hint never names a tool its caller lacks.
+    """
+
+    run: str = "run_terminal_command"
+    ask: str = "use_agent"
+    await_: str = "await_task"
+    halt: str = "halt_task"
+    status: str = "task_status"
+    output: str = "task_output"
+    list: str = "list_tasks"
+
+
+CHAT_NAMES = ToolNames()
+
+
 @dataclass
 class ToolContext:
     """What a tool may use while it runs.
@@ -30,6 +50,7 @@ class ToolContext:
     parameters are taken relative to it. ``tasks`` is the host's task manager,
     ``chat`` the chat identity (buffer name) and ``call_id`` the id of the call
     being run; both are handed on to tasks so completions find their way back.
+    ``names`` is how answers name the task tools (see `ToolNames`).
     """
 
     cwd: str
@@ -37,6 +58,7 @@ class ToolContext:
     config: Config
     chat: str = ""
     call_id: str = ""
+    names: ToolNames = CHAT_NAMES
 
 
 @dataclass

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _tasks
-from .base import ToolContext, ToolResult
+from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
 
 
 class HaltTask(_tasks.TaskTool):
@@ -28,7 +28,7 @@ class HaltTask(_tasks.TaskTool):
         self, params: dict[str, Any], ctx: ToolContext, token: str, task: Any
     ) -> ToolResult:
         if _tasks.status_of(task) in _tasks.TERMINAL:
-            return ToolResult.ok(_tasks.answer(already_ended(token, task)))
+            return ToolResult.ok(_tasks.answer(already_ended(token, task, _tasks.names_of(ctx))))
         try:
             final = await ctx.tasks.halt(token)
         except KeyError:  # TaskNotFound: purged meanwhile
@@ -38,7 +38,7 @@ class HaltTask(_tasks.TaskTool):
         state = _tasks.status_of(final)
         if state != "cancelled":
             # It ended by itself before the signal landed (or another halt won).
-            return ToolResult.ok(_tasks.answer(already_ended(token, final)))
+            return ToolResult.ok(_tasks.answer(already_ended(token, final, _tasks.names_of(ctx))))
         _tasks.mark_read(ctx, token)
         ran = _tasks.age(_tasks.elapsed(final))
         was_queued = getattr(final, "started_at", None) is None
@@ -47,7 +47,7 @@ class HaltTask(_tasks.TaskTool):
             if was_queued
             else f"Task {token} halted after {ran}: its process group got SIGTERM "
             "(SIGKILL if it did not exit within the grace period). Partial output is "
-            "kept; task_output shows what was not read yet."
+            f"kept; {_tasks.names_of(ctx).output} shows what was not read yet."
         )
         payload = {
             "task": token,
@@ -58,7 +58,7 @@ class HaltTask(_tasks.TaskTool):
         return ToolResult.ok(_tasks.answer(payload))
 
 
-def already_ended(token: str, task: Any) -> dict[str, Any]:
+def already_ended(token: str, task: Any, names: ToolNames = CHAT_NAMES) -> dict[str, Any]:
     state = _tasks.status_of(task)
     exit_code = getattr(task, "exit_code", None)
     how = state if exit_code is None else f"{state}, exit {exit_code}"
@@ -73,7 +73,7 @@ def already_ended(token: str, task: Any) -> dict[str, Any]:
         "exit_code": exit_code,
         "output": _tasks.tail_text(getattr(task, "log_path", None)),
         "message": f"Task {token} had already ended ({how}){when}; nothing to halt. "
-        f'Its result: task_status {{"task": "{token}"}}.',
+        f'Its result: {names.status} {{"task": "{token}"}}.',
     }
 
 

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Callable
 
 from . import _tasks
-from .base import ToolContext, ToolResult
+from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
 from .schema import validate
 
 PER_GROUP = 20
@@ -40,10 +40,19 @@ GROUPS = (
 )
 NARROW = {"queued": ("running", ("queued",)), "cancelled": ("failed", ("cancelled",))}
 
-CLOSING = (
-    'Read a task\'s new output with task_output {"task": "TOKEN"}, wait for it with '
-    'await_task {"task": "TOKEN"}, stop a running one with halt_task {"task": "TOKEN"}.'
-)
+# (tasks, total) of one group: at most PER_GROUP tasks with these statuses, newest first.
+Fetch = Callable[[set[str]], tuple[list[Any], int]]
+
+
+def closing(names: ToolNames = CHAT_NAMES) -> str:
+    return (
+        f'Read a task\'s new output with {names.output} {{"task": "TOKEN"}}, wait for it with '
+        f'{names.await_} {{"task": "TOKEN"}}, stop a running one with {names.halt} '
+        '{"task": "TOKEN"}.'
+    )
+
+
+CLOSING = closing()
 
 
 class ListTasks:
@@ -69,26 +78,34 @@ class ListTasks:
         err = validate(self.schema, params)
         if err:
             return ToolResult.fail(err)
-        wanted = params.get("status") or "all"
         chats = [ctx.chat]
-        now = time.time()
-        groups = []
-        for key, title, statuses in GROUPS:
-            if wanted in NARROW:
-                if NARROW[wanted][0] != key:
-                    continue
-                statuses = NARROW[wanted][1]
-            elif wanted not in ("all", key):
+
+        def fetch(statuses: set[str]) -> tuple[list[Any], int]:
+            tasks = ctx.tasks.list(status=statuses, chats=chats, limit=PER_GROUP)
+            return tasks, ctx.tasks.count(status=statuses, chats=chats)
+
+        return listing(ctx, params.get("status") or "all", fetch)
+
+
+def listing(ctx: Any, wanted: str, fetch: Fetch) -> ToolResult:
+    """The grouped list of the tasks `fetch` returns; ``wanted`` narrows to one group."""
+    now = time.time()
+    groups = []
+    for key, title, statuses in GROUPS:
+        if wanted in NARROW:
+            if NARROW[wanted][0] != key:
                 continue
-            try:
-                tasks = ctx.tasks.list(status=set(statuses), chats=chats, limit=PER_GROUP)
-                total = ctx.tasks.count(status=set(statuses), chats=chats)
-            except Exception as e:  # store trouble: say so rather than crash
-                return ToolResult.fail(f"could not list tasks: {e}")
-            groups.append(_group(ctx, title, tasks, total, now))
-        lines = [line for group in groups for line in group]
-        lines.append(CLOSING)
-        return ToolResult.ok("\n".join(lines))
+            statuses = NARROW[wanted][1]
+        elif wanted not in ("all", key):
+            continue
+        try:
+            tasks, total = fetch(set(statuses))
+        except Exception as e:  # store trouble: say so rather than crash
+            return ToolResult.fail(f"could not list tasks: {e}")
+        groups.append(_group(ctx, title, tasks, total, now))
+    lines = [line for group in groups for line in group]
+    lines.append(closing(_tasks.names_of(ctx)))
+    return ToolResult.ok("\n".join(lines))
 
 
 def _group(ctx: Any, title: str, tasks: list[Any], total: int, now: float) -> list[str]:

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..tasks.output import compile_filter, parse_line
 from . import _tasks
-from .base import ToolContext, ToolResult
+from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
 
 READ_BYTES = 256 * 1024  # new output taken per call
 HEAD_LINES = 40
@@ -82,10 +82,12 @@ class TaskOutput(_tasks.TaskTool):
         except ValueError as e:
             return ToolResult.fail(f'parameter "filter": {e}', reason="bad_regex")
         task = ctx.tasks.get(token) or task
-        return ToolResult.ok(render(token, task, read, pattern))
+        return ToolResult.ok(render(token, task, read, pattern, _tasks.names_of(ctx)))
 
 
-def render(token: str, task: Any, read: Any, pattern: str | None) -> str:
+def render(
+    token: str, task: Any, read: Any, pattern: str | None, names: ToolNames = CHAT_NAMES
+) -> str:
     state = _tasks.status_of(task)
     log_path = getattr(task, "log_path", None)
     if read.filtered:
@@ -116,18 +118,18 @@ def render(token: str, task: Any, read: Any, pattern: str | None) -> str:
         note += f"; full log: {log_path}]" if log_path else "]"
         shown = shown.replace(_ELIDED, note, 1)
 
-    message = _message(state, task, read, bool(lines))
+    message = _message(state, task, read, bool(lines), names)
     if message:
         payload["message"] = message
     body = _tasks.answer(payload)
     return f"{body}\n{SEPARATOR}\n{shown}" if shown else body
 
 
-def _message(state: str, task: Any, read: Any, any_lines: bool) -> str | None:
+def _message(state: str, task: Any, read: Any, any_lines: bool, names: ToolNames) -> str | None:
     if read.more:
         if read.filtered:
             return "Only part of the unread output was searched; read it (unfiltered) to go on."
-        return "More new output is waiting: call task_output again to read it."
+        return f"More new output is waiting: call {names.output} again to read it."
     if read.filtered:
         return (
             "Filtered read: nothing was marked as read; a later read without filter "

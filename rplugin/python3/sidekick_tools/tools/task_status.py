@@ -24,9 +24,9 @@ class TaskStatusTool(_tasks.TaskTool):
     name = "task_status"
     description = "Status of a background task: running, completed (result) or failed (error)."
 
-    def unknown(self, params: dict[str, Any], problem: ToolResult) -> ToolResult:
+    def unknown(self, params: dict[str, Any], ctx: Any, problem: ToolResult) -> ToolResult:
         # A malformed token gets the same shape, its error saying what is wrong.
-        error = _tasks.bad_token(params["task"]) or _tasks.NOT_FOUND
+        error = _tasks.bad_token(params["task"], _tasks.names_of(ctx)) or _tasks.NOT_FOUND
         body = _tasks.answer({"status": "not_found", "error": error})
         return ToolResult.fail(body, reason="not_found")
 

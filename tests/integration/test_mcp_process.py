@@ -1,0 +1,232 @@
+"""The MCP server as a process, spoken to in raw JSON lines (no SDK on this side):
+the protocol's shapes, a project whose modules shadow real ones, a Python
+without the SDK, bad settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.mcp_helpers import PYTHONPATH, passed_env, server_args, write_config
+
+pytestmark = pytest.mark.integration
+
+
+def server_env(**extra: str) -> dict[str, str]:
+    env = passed_env()
+    env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
+    env["PYTHONPATH"] = PYTHONPATH
+    env.update(extra)
+    return env
+
+
+class RawClient:
+    """JSON-RPC over the server's stdin/stdout, one message per line."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env or server_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.lines.put(json.loads(raw))
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def request(self, rid: int, method: str, params: dict[str, Any] | None = None) -> dict:
+        self.send({"id": rid, "method": method, **({"params": params} if params else {})})
+        return self.answer(rid)
+
+    def answer(self, rid: int, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no answer to request {rid}; seen {self.seen}")
+            try:
+                message = self.lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            self.seen.append(message)
+            if message.get("id") == rid and "method" not in message:
+                return message
+
+    def initialize(self) -> dict[str, Any]:
+        result = self.request(
+            1,
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw-client", "version": "0"},
+            },
+        )
+        self.send({"method": "notifications/initialized"})
+        return result
+
+    def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            return self.proc.wait(timeout=15)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def raw(tmp_path: Path):
+    started: list[RawClient] = []
+
+    def start(cwd: Path | None = None, argv: list[str] | None = None, **kw: Any) -> RawClient:
+        work = cwd or tmp_path
+        client = RawClient(argv or [sys.executable, *server_args(tmp_path / "state")], work, **kw)
+        started.append(client)
+        return client
+
+    yield start
+    for client in started:
+        if client.proc.poll() is None:
+            client.proc.kill()
+            client.proc.wait()
+
+
+def test_protocol_shapes_over_raw_json_lines(raw, tmp_path):
+    write_config(tmp_path / "state", tasks={"hybrid_threshold": 0.3})
+    client = raw()
+    init = client.initialize()["result"]
+    assert init["serverInfo"]["name"] == "sidekick-tools"
+    assert init["capabilities"]["tools"] is not None
+    assert init["protocolVersion"] == "2025-06-18"
+    tools = client.request(2, "tools/list")["result"]["tools"]
+    assert [t["name"] for t in tools] == ["run", "ask", "await", "halt", "status", "output", "list"]
+    assert all(t["inputSchema"]["type"] == "object" for t in tools)
+
+    marker = tmp_path / "go"
+    command = f"echo '[PROGRESS:25] warming'; while [ ! -e {marker} ]; do sleep 0.05; done"
+    run = client.request(
+        3,
+        "tools/call",
+        {"name": "run", "arguments": {"command": command}, "_meta": {"progressToken": "tok-1"}},
+    )["result"]
+    assert run["isError"] is False and run["content"][0]["type"] == "text"
+    token = json.loads(run["content"][0]["text"])["task"]
+    progress = [m for m in client.seen if m.get("method") == "notifications/progress"]
+    assert progress and all(m["params"]["progressToken"] == "tok-1" for m in progress)
+    assert f"task {token}" in progress[0]["params"]["message"]
+    marker.touch()
+
+    unknown = client.request(4, "tools/call", {"name": "nope", "arguments": {}})
+    assert unknown["error"]["code"] == -32602
+    missing = client.request(5, "tools/call", {"name": "status", "arguments": {}})["result"]
+    assert missing["isError"] is True and "task" in missing["content"][0]["text"]
+    done = client.request(6, "tools/call", {"name": "await", "arguments": {"task": token}})
+    assert json.loads(done["result"]["content"][0]["text"])["status"] == "completed"
+    assert client.close() == 0
+
+
+HOSTILE = "open({marker!r}, 'a').write(__name__ + '\\n'); raise SystemExit('hostile {name}')\n"
+
+
+def test_modules_in_the_working_directory_are_never_imported(raw, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    marker = tmp_path / "imported"
+    for name in ("mcp", "logging", "anyio", "pydantic", "json", "asyncio", "sqlite3"):
+        (project / f"{name}.py").write_text(HOSTILE.format(marker=str(marker), name=name))
+    # as :SidekickMcp prints it (-P), and even without -P (see the next test for why -P)
+    plain = [sys.executable, "-m", "sidekick_tools.mcp", "--state-dir", str(tmp_path / "s2")]
+    for argv in (None, plain):
+        client = raw(cwd=project, argv=argv)
+        client.initialize()
+        answer = client.request(
+            2, "tools/call", {"name": "run", "arguments": {"command": "pwd", "async": False}}
+        )["result"]
+        assert answer["isError"] is False and str(project) in answer["content"][0]["text"]
+        assert client.close() == 0
+    assert not marker.exists(), marker.read_text()
+
+
+def test_with_P_even_a_sidekick_tools_folder_in_the_project_is_ignored(raw, tmp_path):
+    project = tmp_path / "project"
+    (project / "sidekick_tools").mkdir(parents=True)
+    marker = tmp_path / "imported"
+    (project / "sidekick_tools" / "__init__.py").write_text(
+        HOSTILE.format(marker=str(marker), name="sidekick_tools")
+    )
+    client = raw(cwd=project)
+    assert client.initialize()["result"]["serverInfo"]["name"] == "sidekick-tools"
+    assert client.close() == 0
+    assert not marker.exists()
+
+
+def test_a_python_without_the_sdk_says_how_to_install_it(tmp_path):
+    # `import mcp` fails as it would where the package is missing
+    code = (
+        "import sys, runpy; sys.modules['mcp'] = None; "
+        "runpy.run_module('sidekick_tools.mcp', run_name='__main__', alter_sys=True)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=server_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert ":SidekickInstall" in done.stderr
+    assert "pip install 'sidekick-tools-nvim[mcp]'" in done.stderr
+
+
+def test_bad_settings_stop_the_server_with_a_message(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "mcp.json").write_text("{not json")
+    bad = subprocess.run(
+        [sys.executable, *server_args(state)],
+        cwd=tmp_path,
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    missing = subprocess.run(
+        [sys.executable, *server_args(state, tmp_path / "nowhere.json")],
+        cwd=tmp_path,
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert bad.returncode == 2 and "is not valid JSON" in bad.stderr
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_the_state_dir_comes_from_the_environment(raw, tmp_path):
+    state = tmp_path / "from-env"
+    argv = [sys.executable, "-P", "-m", "sidekick_tools.mcp"]
+    client = raw(argv=argv, env=server_env(SIDEKICK_TOOLS_STATE_DIR=str(state)))
+    client.initialize()
+    client.request(2, "tools/call", {"name": "run", "arguments": {"command": "true"}})
+    assert client.close() == 0
+    assert (state / "tasks.db").exists() and (state / "mcp.log").exists()
+    assert oct(state.stat().st_mode & 0o777) == "0o700"
