@@ -10,28 +10,11 @@ import json
 import re
 import secrets
 
+from ..text import for_buffer
+
 _BACKTICK_RUN = re.compile(r"`+")
 _UNSAFE_VALUE = re.compile(r"[\s`]+")
 _ID_TOKEN = re.compile(r"(?<=\s)id=\S*")
-
-# Terminal escape sequences (7-bit forms):
-#   CSI  ESC [ params intermediates final
-#   OSC  ESC ] ... terminated by BEL or ST (ESC \); unterminated: to end of line
-#   DCS/SOS/PM/APC  ESC P|X|^|_ ... ST; unterminated: to end of line
-#   any other ESC sequence: ESC, intermediates (0x20-0x2F), one final byte
-_ESCAPES = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"
-    r"|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?"
-    r"|\x1b[PX^_][^\x1b\n]*(?:\x1b\\)?"
-    r"|\x1b[ -/]*[0-~]"
-    r"|\x1b"
-)
-# C0 controls except \t and \n, DEL, and C1 controls (CR is handled before this runs).
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]+")
-
-_SNIFF = 8192
-# Control bytes that do not occur in text output (tab, LF, CR and ESC do).
-_BINARY_CONTROLS = bytes(b for b in [*range(0x20), 0x7F] if b not in b"\t\n\r\x1b")
 
 
 def fence_for(text: str, minimum: int = 3) -> str:
@@ -127,44 +110,9 @@ def truncate_tail(text: str, max_lines: int, log_path: str | None) -> str:
     return out + "\n" if trailing and kept else out
 
 
-def _is_binary(data: bytes) -> bool:
-    sample = data[:_SNIFF]
-    if b"\x00" in sample:
-        return True
-    controls = len(sample) - len(sample.translate(None, _BINARY_CONTROLS))
-    return controls * 10 > len(sample) * 3
-
-
-def _collapse_cr(line: str) -> str:
-    """Carriage returns within a line: keep what a terminal would finally show last."""
-    for segment in reversed(line.split("\r")):
-        if segment:
-            return segment
-    return ""
-
-
 def clean_output(data: bytes) -> str:
-    """Process output as text fit for a buffer.
-
-    Binary data (a NUL byte, or more than 30 % control characters other than
-    ``\\t \\n \\r ESC``, within the first 8 KiB) gives ``[binary output: N bytes not
-    shown]``. Otherwise: UTF-8 decoded with U+FFFD for invalid bytes, terminal escape
-    sequences removed, CRLF turned into LF, a line overwritten with lone CRs
-    (progress bars) reduced to its last non-empty segment, and the remaining control
-    characters except tab and newline removed.
-    """
-    if not data:
-        return ""
-    if _is_binary(data):
-        return f"[binary output: {len(data)} bytes not shown]"
-    text = data.decode("utf-8", "replace")
-    if "\x1b" in text:
-        text = _ESCAPES.sub("", text)
-    if "\r" in text:
-        text = text.replace("\r\n", "\n")
-        if "\r" in text:
-            text = "\n".join(_collapse_cr(s) if "\r" in s else s for s in text.split("\n"))
-    return _CONTROLS.sub("", text)
+    """Process output as text fit for a buffer (see `text.for_buffer`)."""
+    return for_buffer(data)
 
 
 _NOTICE_HEAD = re.compile(r"USER: \[sidekick task [0-9a-f]{6} [a-z]+\]\s*$")

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..text import decode
 from . import runner
 from .model import (
     ACTIVE,
@@ -55,7 +56,6 @@ from .output import (
     FilterPattern,
     LogFollower,
     compile_filter,
-    decode,
     read_new,
     summarize_file,
     summarize_tail,

@@ -24,16 +24,8 @@ from dataclasses import dataclass
 from re import Pattern
 from typing import Union
 
-# CSI, OSC (BEL or ST terminated), DCS/SOS/PM/APC strings, 2-byte escapes, 8-bit CSI.
-_ANSI = (
-    r"\x1b\[[0-?]*[ -/]*[@-~]"
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
-    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
-    r"|\x1b[@-Z\\-_]"
-    r"|\x9b[0-?]*[ -/]*[@-~]"
-)
-ANSI_RE = re.compile(_ANSI)
-_ANSI_B = re.compile(_ANSI.encode())
+from ..text import ANSI_BYTES_RE as _ANSI_B
+from ..text import clean, decode, strip_ansi
 
 _MARKER_RE = re.compile(
     r"^[ \t]*\[(PROGRESS(?::[ \t]*(\d{1,3})[ \t]*%?)?|RESULT|ERROR|WARNING)\][ \t]?(.*)$"
@@ -46,33 +38,6 @@ SUMMARY_BYTES = 8 * 1024
 # newline-free output such as binary data).
 MAX_PARTIAL_LINE = 64 * 1024
 READ_CHUNK = 1 << 20
-
-
-def strip_ansi(text: str) -> str:
-    # Every escape starts with ESC or the 8-bit CSI: without either (most
-    # output) there is nothing to strip, and looking costs far less than the
-    # regex scan (0.4 ms on a 64 KiB summary window).
-    if "\x1b" not in text and "\x9b" not in text:
-        return text
-    return ANSI_RE.sub("", text)
-
-
-def decode(data: bytes) -> str:
-    return data.decode("utf-8", errors="replace")
-
-
-def normalize_newlines(text: str) -> str:
-    """CRLF -> LF; within a line, a lone CR overwrites (keep what follows the last CR)."""
-    text = text.replace("\r\n", "\n")
-    if "\r" not in text:
-        return text
-    return "\n".join(
-        line.rsplit("\r", 1)[-1] if "\r" in line else line for line in text.split("\n")
-    )
-
-
-def clean(text: str) -> str:
-    return normalize_newlines(strip_ansi(text))
 
 
 @dataclass(frozen=True)

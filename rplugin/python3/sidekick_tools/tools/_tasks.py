@@ -11,7 +11,8 @@ import time
 from typing import Any
 
 from ..tasks.model import is_token
-from ..tasks.output import clean, summary_of, tail_bytes
+from ..tasks.output import summary_of, tail_bytes
+from ..text import clean, decode
 from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
 from .schema import validate
 
@@ -147,8 +148,6 @@ def summary(task: Any) -> str:
     path = getattr(task, "log_path", None)
     if not path:
         return ""
-    from ..tasks.output import decode
-
     return summary_of(decode(tail_bytes(path, 64 * 1024)))
 
 

@@ -1,0 +1,88 @@
+"""Process output as text: the one cleaner every layer uses.
+
+Tasks write whatever they like; what reaches the chat, a summary, a notice or
+an MCP answer is cleaned here, the same way everywhere:
+
+- terminal escape sequences removed (7- and 8-bit CSI, OSC, DCS/SOS/PM/APC
+  strings, other ESC sequences, a lone ESC; an unterminated string ends at the
+  end of its line);
+- CRLF becomes LF, and a line redrawn with lone CRs (a progress bar) keeps what
+  a terminal would show last: its last non-empty segment;
+- for a buffer (`for_buffer`), binary data is named instead of shown, and the
+  remaining control characters other than tab and newline are dropped.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ANSI = (
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI: ESC [ or the 8-bit form
+    r"|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?"  # OSC, to BEL, ST or the end of the line
+    r"|\x1b[PX^_][^\x1b\n]*(?:\x1b\\)?"  # DCS, SOS, PM, APC
+    r"|\x1b[ -/]*[0-~]"  # any other escape: intermediates and one final byte
+    r"|\x1b"  # a lone ESC
+)
+ANSI_RE = re.compile(_ANSI)
+ANSI_BYTES_RE = re.compile(_ANSI.encode())
+
+# C0 controls except tab and newline, DEL, and C1 controls (CR is dealt with first).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]+")
+_SNIFF = 8192
+# Control bytes that do not occur in text output (tab, LF, CR and ESC do).
+_BINARY_CONTROLS = bytes(b for b in [*range(0x20), 0x7F] if b not in b"\t\n\r\x1b")
+
+
+def decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def strip_ansi(text: str) -> str:
+    # Every escape starts with ESC or the 8-bit CSI: without either (most
+    # output) looking costs far less than the regex scan.
+    if "\x1b" not in text and "\x9b" not in text:
+        return text
+    return ANSI_RE.sub("", text)
+
+
+def _last_segment(line: str) -> str:
+    for segment in reversed(line.split("\r")):
+        if segment:
+            return segment
+    return ""
+
+
+def normalize_newlines(text: str) -> str:
+    """CRLF -> LF; a line redrawn with lone CRs keeps its last non-empty segment."""
+    if "\r" not in text:
+        return text
+    text = text.replace("\r\n", "\n")
+    if "\r" not in text:
+        return text
+    return "\n".join(_last_segment(line) if "\r" in line else line for line in text.split("\n"))
+
+
+def clean(text: str) -> str:
+    """Escape sequences removed and carriage returns resolved."""
+    return normalize_newlines(strip_ansi(text))
+
+
+def is_binary(data: bytes) -> bool:
+    """A NUL byte, or more than 30 % control characters other than tab, LF, CR
+    and ESC, within the first 8 KiB."""
+    sample = data[:_SNIFF]
+    if b"\x00" in sample:
+        return True
+    controls = len(sample) - len(sample.translate(None, _BINARY_CONTROLS))
+    return controls * 10 > len(sample) * 3
+
+
+def for_buffer(data: bytes) -> str:
+    """Process output as text fit for a buffer: binary named (`[binary output: N
+    bytes not shown]`), else decoded (U+FFFD for invalid UTF-8), cleaned, and
+    the remaining control characters except tab and newline dropped."""
+    if not data:
+        return ""
+    if is_binary(data):
+        return f"[binary output: {len(data)} bytes not shown]"
+    return _CONTROLS.sub("", clean(decode(data)))
