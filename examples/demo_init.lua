@@ -7,4 +7,3 @@ require("sidekick_tools").setup({
   state_dir = vim.env.SIDEKICK_STATE_DIR,
   tasks = { hybrid_threshold = 3 },
 })
-vim.diagnostic.config({ virtual_text = true, underline = false })

@@ -17,7 +17,12 @@ local names = {
   },
   SidekickRunTools = {
     nargs = 0,
-    desc = "Run every pending tool call of the last assistant message",
+    bang = true,
+    desc = "Run every pending tool call of the last assistant message (!: without asking)",
+  },
+  SidekickDeny = {
+    nargs = "*",
+    desc = "Deny the pending tool call under the cursor: [reason] is what the model reads",
   },
   SidekickHalt = { nargs = "?", desc = "Cancel the task under the cursor, or TOKEN" },
   SidekickTasks = {

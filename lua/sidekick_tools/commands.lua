@@ -10,8 +10,12 @@ M.commands = {
   SidekickRunTool = function()
     api().run_tool()
   end,
-  SidekickRunTools = function()
-    api().run_tools()
+  SidekickRunTools = function(a)
+    api().run_tools(nil, { confirm = not a.bang })
+  end,
+  SidekickDeny = function(a)
+    local reason = vim.trim(a.args or "")
+    api().deny(nil, nil, reason ~= "" and reason or nil)
   end,
   SidekickHalt = function(a)
     local token = a.fargs[1]
@@ -49,6 +53,7 @@ end
 local keymap_actions = {
   run_tool = { "<Cmd>SidekickRunTool<CR>", "Run tool call under cursor" },
   run_tools = { "<Cmd>SidekickRunTools<CR>", "Run all pending tool calls" },
+  deny = { "<Cmd>SidekickDeny<CR>", "Deny the pending call under cursor" },
   halt = { "<Cmd>SidekickHalt<CR>", "Halt task under cursor" },
   tasks = { "<Cmd>SidekickTasks<CR>", "List tasks" },
   output = { "<Cmd>SidekickOutput<CR>", "Output of task under cursor" },

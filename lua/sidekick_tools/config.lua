@@ -81,12 +81,30 @@ M.options = {
   { "result.max_lines", 200, "number", "Output lines kept in a result block (tail)" },
   { "notify", "background", "string", '"always", "never" or "background" (chat not visible)' },
   {
+    "ui.virtual_text",
+    true,
+    { "boolean", "table" },
+    "Call states as virtual text, whatever the global diagnostic settings (a table: its options)",
+  },
+  {
+    "ui.signs",
+    true,
+    { "boolean", "table" },
+    "Call states in the sign column (a table: the signs handler's options)",
+  },
+  {
     "keymaps.run_tool",
     "<leader>sr",
     { "string", "boolean" },
     "Run the call under the cursor (false: none)",
   },
   { "keymaps.run_tools", "<leader>sR", { "string", "boolean" }, "Run every pending call" },
+  {
+    "keymaps.deny",
+    "<leader>sd",
+    { "string", "boolean" },
+    "Deny the pending call under the cursor (:SidekickDeny)",
+  },
   { "keymaps.halt", "<leader>sh", { "string", "boolean" }, "Halt the task under the cursor" },
   { "keymaps.tasks", "<leader>st", { "string", "boolean" }, "Open the task list" },
   {
@@ -265,6 +283,7 @@ function M.for_host()
   c.auto_accept.has_policy = type(c.auto_accept.policy) == "function"
   c.auto_accept.policy = nil
   c.keymaps = nil
+  c.ui = nil -- may hold functions (a virtual_text format); the host has no use for it
   return c
 end
 

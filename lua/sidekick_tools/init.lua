@@ -16,6 +16,17 @@ local function err(msg)
   return nil, msg
 end
 
+--- Line (1-based) to act on: `lnum`, else the cursor's when `bufnr` is current.
+local function line_of(bufnr, lnum, what)
+  if lnum ~= nil then
+    return lnum
+  end
+  if vim.api.nvim_get_current_buf() == bufnr then
+    return vim.api.nvim_win_get_cursor(0)[1]
+  end
+  return nil, "sidekick_tools: " .. what .. " needs a line number for a buffer that is not current"
+end
+
 --- A run request's reply carries the events of the calls it started (their
 --- running state): show them at once, drawn without the burst throttle.
 local function with_events(bufnr, res)
@@ -33,6 +44,9 @@ end
 ---@param opts table|nil see :h sidekick_tools-config
 function M.setup(opts)
   config.setup(opts)
+  if package.loaded["sidekick_tools.render.diagnostics"] then
+    require("sidekick_tools.render.diagnostics").configure()
+  end
   if host.running() then
     pcall(
       host.request,
@@ -52,31 +66,129 @@ end
 function M.run_tool(bufnr, lnum)
   vim.validate({ bufnr = { bufnr, "number", true }, lnum = { lnum, "number", true } })
   bufnr = bufnr_of(bufnr)
-  if lnum == nil then
-    if vim.api.nvim_get_current_buf() == bufnr then
-      lnum = vim.api.nvim_win_get_cursor(0)[1]
-    else
-      return err("sidekick_tools: run_tool needs a line number for a buffer that is not current")
-    end
+  local line, msg = line_of(bufnr, lnum, "run_tool")
+  if not line then
+    return err(msg)
   end
-  local ok, res = pcall(host.request, "run_tool", bufnr, lnum - 1, vim.fn.getcwd())
+  local ok, res = pcall(host.request, "run_tool", bufnr, line - 1, vim.fn.getcwd())
   if not ok then
     return err(res)
   end
   return with_events(bufnr, res)
 end
 
---- Run every pending call of the last assistant message, in order.
+local function plural(n, word)
+  return string.format("%d %s%s", n, word, n == 1 and "" or "s")
+end
+
+--- The one question :SidekickRunTools asks: the calls the policy would not
+--- approve (tool, what they do, their problem), and what happens to the rest.
+---@param plan table[] the host's `plan` answer
+---@return string message
+function M.consent_message(plan)
+  local ask, denied = {}, {}
+  for _, p in ipairs(plan) do
+    if p.verdict == "ask" then
+      table.insert(ask, p)
+    elseif p.verdict == "deny" then
+      table.insert(denied, p)
+    end
+  end
+  local lines = {
+    string.format(
+      "Run %s? %s your consent:",
+      plural(#plan, "pending tool call"),
+      #ask == 1 and "This one needs" or ("These " .. #ask .. " need")
+    ),
+  }
+  local function describe(p)
+    local line = string.format("  %s  %s", p.tool ~= "" and p.tool or "tool", p.what or "")
+    if type(p.problem) == "string" and p.problem ~= "" then
+      line = line .. "  (problem: " .. p.problem .. ")"
+    end
+    return line
+  end
+  for _, p in ipairs(ask) do
+    table.insert(lines, describe(p))
+  end
+  local approved = #plan - #ask - #denied
+  if approved > 0 then
+    table.insert(lines, string.format("%s without asking.", plural(approved, "more runs")))
+  end
+  if #denied > 0 then
+    table.insert(lines, "Denied by your policy (not run):")
+    for _, p in ipairs(denied) do
+      table.insert(lines, describe(p))
+    end
+  end
+  return table.concat(lines, "\n")
+end
+
+--- Run every pending call of the last assistant message, in order. Unless
+--- `opts.confirm` is false, the calls the policy would not approve are first
+--- listed in one confirmation; declining runs nothing.
 ---@param bufnr integer|nil
----@return table|nil info { count }
-function M.run_tools(bufnr)
-  vim.validate({ bufnr = { bufnr, "number", true } })
+---@param opts table|nil { confirm = true }
+---@return table|nil info { count, ids }; nil and a message when nothing ran
+function M.run_tools(bufnr, opts)
+  vim.validate({ bufnr = { bufnr, "number", true }, opts = { opts, "table", true } })
   bufnr = bufnr_of(bufnr)
-  local ok, res = pcall(host.request, "run_tools", bufnr, vim.fn.getcwd())
+  opts = opts or {}
+  local cwd = vim.fn.getcwd()
+  if opts.confirm ~= false then
+    local ok, plan = pcall(host.request, "plan", bufnr, cwd)
+    if not ok then
+      return err(plan)
+    end
+    if #plan == 0 then
+      local msg = "sidekick_tools: no pending tool call in the last assistant message"
+      vim.notify(msg, vim.log.levels.WARN)
+      return nil, msg
+    end
+    local asks = vim.tbl_filter(function(p)
+      return p.verdict == "ask"
+    end, plan)
+    if #asks > 0 then
+      local choice = vim.fn.confirm(M.consent_message(plan), "&Run them\n&Cancel", 2, "Question")
+      if choice ~= 1 then
+        local msg = "sidekick_tools: nothing was run ("
+          .. plural(#plan, "call")
+          .. " still pending)"
+        vim.notify(msg, vim.log.levels.INFO)
+        return nil, msg
+      end
+    end
+  end
+  local ok, res = pcall(host.request, "run_tools", bufnr, cwd)
   if not ok then
     return err(res)
   end
   return with_events(bufnr, res)
+end
+
+--- Refuse the pending call at (bufnr, lnum): a `status=denied` result whose
+--- body is `reason` (what the model reads; empty: "The user denied this call.").
+---@param bufnr integer|nil buffer, default current
+---@param lnum integer|nil 1-based line, default cursor line
+---@param reason string|nil
+---@return table|nil info { id, tool } of the call denied, nil and a message on error
+function M.deny(bufnr, lnum, reason)
+  vim.validate({
+    bufnr = { bufnr, "number", true },
+    lnum = { lnum, "number", true },
+    reason = { reason, "string", true },
+  })
+  bufnr = bufnr_of(bufnr)
+  local line, msg = line_of(bufnr, lnum, "deny")
+  if not line then
+    return err(msg)
+  end
+  local ok, res = pcall(host.request, "deny", bufnr, line - 1, reason or "")
+  if not ok then
+    return err(res)
+  end
+  require("sidekick_tools.bridge").prompt(bufnr)
+  return res
 end
 
 --- Cancel a task. Without a token: the task of the call under the cursor.

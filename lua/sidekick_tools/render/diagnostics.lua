@@ -6,11 +6,27 @@ local M = {}
 
 local S = vim.diagnostic.severity
 
--- A call's diagnostic marks its whole block, so it has no range worth
--- underlining; the underline handler would only cost time (it re-lays its
--- extmarks on every edit of the chat). Users may turn it back on with
--- vim.diagnostic.config({ underline = true }, vim.api.nvim_create_namespace("sidekick_tools")).
-vim.diagnostic.config({ underline = false }, bridge.ns)
+--- Configure the plugin's own namespace from option `ui`, so the states show
+--- whatever the user's global diagnostic settings are (Neovim 0.11 turned
+--- virtual text off by default). A call's diagnostic marks its whole block, so
+--- it has no range worth underlining; the underline handler would only cost
+--- time (it re-lays its extmarks on every edit of the chat).
+function M.configure()
+  local ui = require("sidekick_tools.config").current.ui or {}
+  local function handler(value)
+    if value == nil then
+      return true
+    end
+    return value
+  end
+  vim.diagnostic.config({
+    virtual_text = handler(ui.virtual_text),
+    signs = handler(ui.signs),
+    underline = false,
+  }, bridge.ns)
+end
+
+M.configure()
 
 M.glyphs = {
   pending = "▶",
