@@ -27,9 +27,10 @@ local names = {
   SidekickHalt = { nargs = "?", desc = "Cancel the task under the cursor, or TOKEN" },
   SidekickTasks = {
     nargs = "?",
-    desc = "List tasks: [running|completed|failed|all]",
+    bang = true,
+    desc = "List this Neovim's tasks (!: every Neovim's): [running|completed|failed|all]",
     complete = function()
-      return { "running", "completed", "failed", "all" }
+      return { "running", "queued", "completed", "failed", "cancelled", "all" }
     end,
   },
   SidekickOutput = { nargs = "*", desc = "Live view of a task's output: [TOKEN] [/regex/]" },

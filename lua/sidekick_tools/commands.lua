@@ -32,7 +32,7 @@ M.commands = {
     end
   end,
   SidekickTasks = function(a)
-    require("sidekick_tools.render.tasks").open({ status = a.fargs[1] })
+    require("sidekick_tools.render.tasks").open({ status = a.fargs[1], all = a.bang })
   end,
   SidekickOutput = function(a)
     require("sidekick_tools.render.output").open_from_args(a.fargs, a.args)
@@ -90,6 +90,9 @@ end
 --- Nothing is ever run here.
 function M.chat_opened(buf)
   M.apply_keymaps(buf)
+  if package.loaded["sidekick_tools.render.tasks"] then
+    require("sidekick_tools.render.tasks").chats_changed()
+  end
   local host = require("sidekick_tools.host")
   if host.running() then
     host.notify("chat_opened", buf)

@@ -140,8 +140,20 @@ M.options = {
     "Tasks window: toggle this Neovim's tasks / every Neovim's tasks",
   },
   {
+    "keymaps.tasks_window.rerun",
+    "r",
+    { "string", "table", "boolean" },
+    "Tasks window: run the task's tool call again (its result block is replaced)",
+  },
+  {
+    "keymaps.tasks_window.quickfix",
+    "Q",
+    { "string", "table", "boolean" },
+    "Tasks window: the task's output to the quickfix list ('errorformat')",
+  },
+  {
     "keymaps.tasks_window.refresh",
-    { "r", "R" },
+    "R",
     { "string", "table", "boolean" },
     "Tasks window: reload",
   },

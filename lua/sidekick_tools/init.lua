@@ -205,11 +205,64 @@ function M.halt(token)
   return res
 end
 
---- Tasks from the store, newest first.
----@param opts table|nil { status = "running"|"completed"|"failed"|"cancelled"|"queued"|"all", all = boolean, limit, offset }
+--- Run the tool call of task `token` again: its result block is replaced (the
+--- chat is loaded if it is not). A task not started from a chat's tool call
+--- (an agent's through MCP) cannot be.
+---@param token string
+---@return table|nil info { id, tool, row } of the call started, nil and a message on error
+function M.rerun(token)
+  vim.validate({ token = { token, "string" } })
+  local util = require("sidekick_tools.render.util")
+  local task = M.get_task(token)
+  if not task then
+    return err("sidekick_tools: no task " .. token .. " (unknown or expired)")
+  end
+  util.clean(task)
+  if (task.chat or "") == "" or (task.call_id or "") == "" then
+    return err(
+      string.format(
+        "sidekick_tools: task %s was not started from a tool call in a chat; it cannot be rerun",
+        token
+      )
+    )
+  end
+  local buf = util.buffer_named(task.chat)
+  if not buf then
+    if vim.fn.filereadable(task.chat) == 0 then
+      return err("sidekick_tools: chat " .. task.chat .. " no longer exists")
+    end
+    buf = vim.fn.bufadd(task.chat)
+    vim.bo[buf].buflisted = true
+    vim.fn.bufload(buf)
+  end
+  local ok, res = pcall(host.request, "run_call", buf, task.call_id, vim.fn.getcwd())
+  if not ok then
+    return err(res)
+  end
+  if not require("sidekick_tools.events").chat_visible(task.chat) then
+    vim.notify(
+      string.format(
+        "sidekick_tools: call %s runs again in %s",
+        task.call_id,
+        vim.fn.fnamemodify(task.chat, ":~:.")
+      ),
+      vim.log.levels.INFO
+    )
+  end
+  return with_events(buf, res)
+end
+
+--- Tasks from the store, newest first: this Neovim's (the ones it started and
+--- the ones started from the chats loaded in it), or with `owner = "any"` every
+--- Neovim's and agent's.
+---@param opts table|nil { status = "running"|"completed"|"failed"|"cancelled"|"queued"|"all", owner = "any"|nil, chats, limit, offset }
 function M.list_tasks(opts)
   vim.validate({ opts = { opts, "table", true } })
-  local ok, res = pcall(host.request, "list_tasks", opts or vim.empty_dict())
+  opts = vim.deepcopy(opts or {})
+  if opts.owner ~= "any" and not opts.all and opts.chats == nil then
+    opts.chats = require("sidekick_tools.render.util").chat_names()
+  end
+  local ok, res = pcall(host.request, "list_tasks", next(opts) and opts or vim.empty_dict())
   if not ok then
     return err(res)
   end
