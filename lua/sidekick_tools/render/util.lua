@@ -143,6 +143,33 @@ function M.read_tail(path, max)
   return data or ""
 end
 
+--- vim.regex(pattern), or an error in one line that says which pattern and
+--- why (Vim's own text, without the "couldn't parse regex: Vim:" wrapping).
+---@param pattern string
+---@param what string|nil what the pattern is for, e.g. "filter"
+function M.regex(pattern, what)
+  local ok, rx = pcall(vim.regex, pattern)
+  if ok then
+    return rx
+  end
+  local raw = tostring(rx)
+  local code, text = raw:match("(E%d+): (.*)$")
+  text = (text or raw:gsub("^.-regex: ", ""):gsub("^Vim:", "")):gsub("%%s", "")
+  if code == "E769" then
+    text = "a [ is never closed by ]"
+  end
+  error(
+    string.format(
+      "sidekick_tools: bad %s /%s/: %s%s",
+      what or "regex",
+      pattern,
+      text,
+      code and (" (" .. code .. ")") or ""
+    ),
+    0
+  )
+end
+
 --- Keys of a keymap option: a string, a list of strings, or false/"" for none.
 ---@return string[]
 function M.keys(value)
