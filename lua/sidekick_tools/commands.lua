@@ -85,8 +85,20 @@ function M.apply_keymaps_to_open_chats()
   end
 end
 
---- A chat buffer was opened: keymaps, and let the host (started in the
---- background if needed) show each call's state and follow running blocks.
+-- A result block a background task still holds: "```result id=X status=running
+-- ... task=T" (Vim regex, searched in C: cheap in a 100,000-line chat).
+local RUNNING_BLOCK = [[\m\C^`\{3,}result\s.*\<status=running\>\&.*\stask=\x]]
+
+--- Does the chat's text name a running task?
+function M.names_running_task(buf)
+  return vim.api.nvim_buf_call(buf, function()
+    return vim.fn.search(RUNNING_BLOCK, "ncw") > 0
+  end)
+end
+
+--- A chat buffer was opened: keymaps, and let a running host show each call's
+--- state and follow running blocks. The host is started for that only when
+--- the chat names a running task; any other chat waits for the first command.
 --- Nothing is ever run here.
 function M.chat_opened(buf)
   M.apply_keymaps(buf)
@@ -98,8 +110,11 @@ function M.chat_opened(buf)
     host.notify("chat_opened", buf)
     return
   end
+  if not M.names_running_task(buf) then
+    return
+  end
   vim.schedule(function()
-    if not vim.api.nvim_buf_is_valid(buf) then
+    if not vim.api.nvim_buf_is_valid(buf) or host.running() then
       return
     end
     local chan, err = host.ensure() -- host_started() then scans every loaded chat

@@ -149,7 +149,8 @@ function M.run_tools(bufnr, opts)
       return p.verdict == "ask"
     end, plan)
     if #asks > 0 then
-      local choice = vim.fn.confirm(M.consent_message(plan), "&Run them\n&Cancel", 2, "Question")
+      local choice = vim.fn.confirm(M.consent_message(plan), "&Run\n&Cancel", 2, "Question")
+      pcall(vim.cmd.redraw) -- the question's lines go, so what follows needs no Enter
       if choice ~= 1 then
         local msg = "sidekick_tools: nothing was run ("
           .. plural(#plan, "call")

@@ -73,7 +73,7 @@ def test_deny_with_a_reason_is_what_the_model_reads(editor):
     text = editor.wait_text("```result id=rm status=denied reason=user")
     block = text.split("```result id=rm status=denied reason=user\n", 1)[1].split("\n")
     assert block[0] == "not on my machine, use a temp dir"
-    editor.wait_diag(row, "⊘ run_terminal_command")
+    editor.wait_diag(row, "⊘ run_terminal_command: denied by you")
     assert "```result id=ok" not in editor.text()  # the other call is untouched
     assert editor.notifications() == []
     # nothing under the cursor: an error message, nothing else
@@ -178,6 +178,8 @@ def test_run_tools_bang_and_calls_the_policy_decides(editor):
     editor.nvim.command("SidekickRunTools")
     text = editor.wait_text("```result id=b status=denied")
     assert "```result id=a status=completed" in text
+    row = text.split("\n").index("```tool run_terminal_command id=b")
+    editor.wait_diag(row, "⊘ run_terminal_command: denied by the policy")
     # ! runs calls that need consent without the question
     editor.open_chat(
         chat(call_block("run_terminal_command", {"command": "touch bang.txt"}, "c")),

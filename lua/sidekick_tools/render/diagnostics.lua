@@ -59,6 +59,8 @@ local function elapsed(started_at, now)
 end
 M.elapsed = elapsed
 
+local DENIED_BY = { user = "denied by you", policy = "denied by the policy" }
+
 --- The diagnostic message for one call state (DESIGN §5 table).
 ---@param st sidekick_tools.CallState
 ---@param now number|nil epoch seconds, for the running time
@@ -93,6 +95,9 @@ function M.message(st, now)
   local detail = st.detail
   if not detail or detail == "" then
     detail = st.state
+  end
+  if st.state == "denied" then -- detail: who denied it (the result's reason=)
+    detail = DENIED_BY[detail] or (detail ~= "denied" and ("denied, " .. detail)) or "denied"
   end
   return string.format("%s %s: %s", glyph, tool, detail)
 end
