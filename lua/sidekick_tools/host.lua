@@ -295,6 +295,9 @@ local function say_exit()
   if queued > 0 then
     table.insert(parts, "cancelling " .. tasks_word(queued, "queued"))
   end
+  -- a redraw first clears what :wqa printed (a message after those waits for a
+  -- prompt that never comes); the one after puts this one on screen at once
+  pcall(vim.cmd.redraw)
   vim.notify(
     "sidekick_tools: Neovim is exiting: " .. table.concat(parts, "; "),
     vim.log.levels.WARN

@@ -113,7 +113,11 @@ function M.consent_message(plan)
   end
   local approved = #plan - #ask - #denied
   if approved > 0 then
-    table.insert(lines, string.format("%s without asking.", plural(approved, "more runs")))
+    table.insert(
+      lines,
+      approved == 1 and "1 other runs without asking."
+        or string.format("%d others run without asking.", approved)
+    )
   end
   if #denied > 0 then
     table.insert(lines, "Denied by your policy (not run):")

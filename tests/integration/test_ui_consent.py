@@ -137,7 +137,7 @@ def test_run_tools_asks_once_for_the_calls_that_need_consent(editor):
     assert "run_terminal_command  touch made.txt" in dialog
     assert 'write_file  {"path": "w.txt", "content": "W"}' in dialog
     assert "(problem:" in dialog and "command" in dialog.split("(problem:", 1)[1]
-    assert "1 more runs without asking." in dialog
+    assert "1 other runs without asking." in dialog
     assert "  ls" not in dialog  # the safe call is not asked about
     # while the question is open nothing has run
     assert editor.lua("return vim.api.nvim_get_mode().mode") == "r?"

@@ -425,7 +425,8 @@ def test_failed_output_to_the_quickfix_list(editor):
     editor.run_tool(HEADER_ROW + 1)
     editor.wait_text("```result id=c1 status=failed exit=1")
     token = editor.lua("return require('sidekick_tools').list_tasks()")[0]["id"]
-    open_tasks(editor)
+    chat_buf = current_buf(editor)
+    tasks_buf = open_tasks(editor)
     editor.nvim.command("call cursor(2, 1)")
     editor.nvim.input("Q")
     wait_for(lambda: editor.lua("return vim.bo.buftype") == "quickfix")
@@ -436,9 +437,13 @@ def test_failed_output_to_the_quickfix_list(editor):
     assert texts == ["building", "boom", "noise"]
     valid = [i for i in qf["items"] if i["valid"] == 1]
     assert len(valid) == 1 and valid[0]["lnum"] == 3
-    editor.nvim.command("cc 2")
-    assert editor.lua("return vim.api.nvim_buf_get_name(0)") == str(sub / "x.py")
+    editor.nvim.command("call cursor(2, 1)")
+    editor.nvim.input("<CR>")
+    wait_for(lambda: editor.lua("return vim.api.nvim_buf_get_name(0)") == str(sub / "x.py"))
     assert editor.lua("return vim.api.nvim_win_get_cursor(0)[1]") == 3
+    # it opened where the chat was, and the task list is still there
+    assert editor.lua("return vim.fn.bufwinid(...)", tasks_buf) != -1
+    assert editor.lua("return vim.fn.bufwinid(...)", chat_buf) == -1
     assert editor.lua("return vim.fn.getcwd()") == str(editor.workdir)
 
 

@@ -113,6 +113,8 @@ local function one_line(s)
   return (s:gsub("\n", " ⏎ "))
 end
 
+local WHAT_CHARS = 60 -- a longer command is cut when a purpose or progress follows it
+
 --- What the task runs, and the purpose its call gave (shown dimmed after it):
 --- the command; for an agent, the agent and its message.
 ---@return string what, string purpose
@@ -124,10 +126,15 @@ local function what_of(t)
   elseif label ~= command then
     purpose = label
   end
-  if t.status == "running" and t.progress_text and t.progress_text ~= "" then
-    what = what .. "  · " .. t.progress_text
+  what = one_line(what)
+  local progress = t.status == "running" and t.progress_text or ""
+  if (purpose ~= "" or progress ~= "") and vim.fn.strchars(what) > WHAT_CHARS then
+    what = vim.fn.strcharpart(what, 0, WHAT_CHARS - 1) .. "…" -- what follows stays in view
   end
-  return one_line(what), one_line(purpose)
+  if progress ~= "" then
+    what = what .. "  · " .. one_line(progress)
+  end
+  return what, one_line(purpose)
 end
 
 local function width(s)
@@ -674,6 +681,16 @@ function actions.quickfix()
   for _, item in ipairs(vim.fn.getqflist()) do
     if item.valid == 1 then
       valid = valid + 1
+    end
+  end
+  -- opened from a window that shows a file, so its entries open there, not
+  -- in place of this list
+  local prev = vim.fn.win_getid(vim.fn.winnr("#"))
+  local wins = vim.list_extend({ prev }, vim.api.nvim_tabpage_list_wins(0))
+  for _, win in ipairs(wins) do
+    if win ~= 0 and vim.bo[vim.api.nvim_win_get_buf(win)].buftype == "" then
+      vim.api.nvim_set_current_win(win)
+      break
     end
   end
   vim.cmd("botright copen")
