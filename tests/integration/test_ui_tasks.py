@@ -250,20 +250,28 @@ def test_the_list_shows_the_command_then_the_purpose_dimmed(editor):
                 "run_terminal_command", {"command": "echo hi", "purpose": "Say hello"}, "c1"
             ),
             call_block("use_agent", {"agent": "helper", "message": "tidy the docs"}, "a1"),
+            call_block(
+                "run_terminal_command", {"command": "echo " + "x" * 80, "purpose": "Long"}, "c2"
+            ),
         )
     )
     editor.run_tool(HEADER_ROW + 1)
     editor.wait_text("```result id=c1 status=completed")
     editor.run_tool(editor.lines().index("```tool use_agent id=a1") + 1)
     editor.wait_text("```result id=a1 status=completed")
+    editor.run_tool(editor.lines().index("```tool run_terminal_command id=c2") + 1)
+    editor.wait_text("```result id=c2 status=completed")
     buf = open_tasks(editor)
     lines = editor.lines(buf)
-    cmd_row = next(i for i, ln in enumerate(lines) if "run_terminal_command" in ln)
+    cmd_row = next(i for i, ln in enumerate(lines) if "echo hi" in ln)
     assert lines[cmd_row].endswith("  echo hi  Say hello")
     assert hl_text(editor, buf, cmd_row, "SidekickTasksDim") == ["Say hello"]
     agent_row = next(i for i, ln in enumerate(lines) if "use_agent" in ln)
     assert lines[agent_row].endswith("  helper: tidy the docs")
     assert hl_text(editor, buf, agent_row, "SidekickTasksDim") == []
+    # a long command is cut, so its purpose stays in view
+    long_row = next(i for i, ln in enumerate(lines) if "xxx" in ln)
+    assert lines[long_row].endswith("  echo " + "x" * 54 + "…  Long")
 
 
 def run_in_a_first_editor(editors, text: str, call_id: str, name: str) -> str:
