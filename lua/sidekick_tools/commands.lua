@@ -86,8 +86,9 @@ function M.apply_keymaps_to_open_chats()
 end
 
 -- A result block a background task still holds: "```result id=X status=running
--- ... task=T" (Vim regex, searched in C: cheap in a 100,000-line chat).
-local RUNNING_BLOCK = [[\m\C^`\{3,}result\s.*\<status=running\>\&.*\stask=\x]]
+-- ... task=T", in the order the plugin writes. Searched in C with one anchored
+-- pattern (a "\&" branch would make Vim try every column of every line).
+local RUNNING_BLOCK = [[\m\C^`\{3,}result\s.*\<status=running\>.*\stask=\x]]
 
 --- Does the chat's text name a running task?
 function M.names_running_task(buf)

@@ -85,7 +85,7 @@ end
 --- approve (tool, what they do, their problem), and what happens to the rest.
 ---@param plan table[] the host's `plan` answer
 ---@return string message
-function M.consent_message(plan)
+local function consent_message(plan)
   local ask, denied = {}, {}
   for _, p in ipairs(plan) do
     if p.verdict == "ask" then
@@ -153,7 +153,7 @@ function M.run_tools(bufnr, opts)
       return p.verdict == "ask"
     end, plan)
     if #asks > 0 then
-      local choice = vim.fn.confirm(M.consent_message(plan), "&Run\n&Cancel", 2, "Question")
+      local choice = vim.fn.confirm(consent_message(plan), "&Run\n&Cancel", 2, "Question")
       pcall(vim.cmd.redraw) -- the question's lines go, so what follows needs no Enter
       if choice ~= 1 then
         local msg = "sidekick_tools: nothing was run ("
