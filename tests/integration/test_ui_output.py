@@ -136,13 +136,13 @@ def test_output_without_a_token_and_none_to_show(editor):
     editor.nvim.command("enew")
     editor.nvim.command("SidekickOutput")
     assert editor.lua("return vim.api.nvim_buf_get_name(0)").endswith("/" + latest)
-    assert editor.lines(0)[0] == "second"
+    wait_lines(editor, current_buf(editor), lambda ls: ls[0] == "second")
     # from the tasks window: the task on the cursor line
     editor.nvim.command("SidekickTasks")
     editor.nvim.command("call cursor(3, 1)")  # the older one
     editor.nvim.command("SidekickOutput")
     assert editor.lua("return vim.api.nvim_buf_get_name(0)").endswith("/" + first)
-    assert editor.lines(0)[0] == "first"
+    wait_lines(editor, current_buf(editor), lambda ls: ls[0] == "first")
 
 
 def test_a_bad_regex_is_said_in_one_readable_line(editor):
