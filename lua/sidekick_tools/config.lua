@@ -105,12 +105,30 @@ M.options = {
   },
   { "notify", "background", "string", '"always", "never" or "background" (chat not visible)' },
   {
+    "ui.virtual_text",
+    true,
+    { "boolean", "table" },
+    "Call states as virtual text, whatever the global diagnostic settings (a table: its options)",
+  },
+  {
+    "ui.signs",
+    true,
+    { "boolean", "table" },
+    "Call states in the sign column (a table: the signs handler's options)",
+  },
+  {
     "keymaps.run_tool",
     "<leader>sr",
     { "string", "boolean" },
     "Run the call under the cursor (false: none)",
   },
   { "keymaps.run_tools", "<leader>sR", { "string", "boolean" }, "Run every pending call" },
+  {
+    "keymaps.deny",
+    "<leader>sd",
+    { "string", "boolean" },
+    "Deny the pending call under the cursor (:SidekickDeny)",
+  },
   { "keymaps.halt", "<leader>sh", { "string", "boolean" }, "Halt the task under the cursor" },
   { "keymaps.tasks", "<leader>st", { "string", "boolean" }, "Open the task list" },
   {
@@ -146,8 +164,20 @@ M.options = {
     "Tasks window: toggle this Neovim's tasks / every Neovim's tasks",
   },
   {
+    "keymaps.tasks_window.rerun",
+    "r",
+    { "string", "table", "boolean" },
+    "Tasks window: run the task's tool call again (its result block is replaced)",
+  },
+  {
+    "keymaps.tasks_window.quickfix",
+    "Q",
+    { "string", "table", "boolean" },
+    "Tasks window: the task's output to the quickfix list ('errorformat')",
+  },
+  {
     "keymaps.tasks_window.refresh",
-    { "r", "R" },
+    "R",
     { "string", "table", "boolean" },
     "Tasks window: reload",
   },
@@ -342,6 +372,7 @@ function M.for_host()
   c.auto_accept.has_policy = type(c.auto_accept.policy) == "function"
   c.auto_accept.policy = nil
   c.keymaps = nil
+  c.ui = nil -- may hold functions (a virtual_text format); the host has no use for it
   return c
 end
 
