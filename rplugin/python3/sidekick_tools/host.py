@@ -18,6 +18,7 @@ from .nvim_port import NvimPort
 from .tasks.manager import TaskManager
 from .tasks.runner import owner_token
 from .tasks.store import MemoryStore, SqliteStore, StoreError
+from .tools import command_table
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ class Host:
         )
         self.port.block_on(self.tasks.recover())
         self.calls = CallRunner(self.port, self.tasks, config)
+        self._report_config_problems(config)
         log.info("host %s started for %s (store %s)", __version__, self.owner, self.store_kind)
         return self._info()
 
@@ -127,11 +129,19 @@ class Host:
         assert self.config is not None and self.tasks is not None
         for name in ("tasks", "auto_accept", "agents", "result_max_lines"):
             setattr(self.config, name, getattr(config, name))
+        self._report_config_problems(config)
         t = config.tasks
         self.tasks.max_concurrent = max(1, int(t.max_concurrent))
         self.tasks.default_timeout = t.default_timeout
         self.tasks.halt_grace = float(t.halt_grace)
         self.tasks.nice = int(t.nice)
+
+    def _report_config_problems(self, config: Config) -> None:
+        """Entries of auto_accept that cannot be used (they approve nothing): say so."""
+        auto = config.auto_accept
+        for problem in command_table.table_for(auto.safe_commands, auto.command_forms).problems:
+            log.warning("configuration: %s", problem)
+            self.port.notify_user(f"sidekick_tools: {problem}", "warn")
 
     def _info(self) -> dict[str, Any]:
         assert self.config is not None

@@ -30,6 +30,9 @@ class ToolContext:
     parameters are taken relative to it. ``tasks`` is the host's task manager,
     ``chat`` the chat identity (buffer name) and ``call_id`` the id of the call
     being run; both are handed on to tasks so completions find their way back.
+    ``auto`` is true when the call runs because the policy approved it (chained
+    or by the chat loop), not because the user ran it: such a command runs as
+    the policy checked it and under ``auto_accept.timeout``.
     """
 
     cwd: str
@@ -37,6 +40,7 @@ class ToolContext:
     config: Config
     chat: str = ""
     call_id: str = ""
+    auto: bool = False
 
 
 @dataclass
