@@ -318,3 +318,18 @@ def test_a_hostile_index_is_refused_and_would_have_leaked(tmp_path):
     result = command_policy.check("git diff", None, str(work), table_for(DEFAULT_SAFE_COMMANDS, {}))
     assert not result.approved
     assert "../secret.txt" in result.reason
+
+
+def test_every_repository_on_the_way_up_is_checked(tmp_path):
+    """git passes over an invalid .git (an empty directory) and climbs to the next one:
+    a hostile repository above it is found all the same."""
+    work = init(tmp_path / "work")
+    git(work, "config", "filter.x.clean", "/tmp/evil")
+    (work / "sub" / ".git").mkdir(parents=True)
+    assert "filter" in repository_problem(str(work / "sub"), str(work))
+
+
+def test_a_working_directory_below_a_colon_is_refused(tmp_path):
+    work = tmp_path / "a:b" / "work"
+    work.mkdir(parents=True)
+    assert ":" in repository_problem(str(work), str(work))

@@ -92,7 +92,7 @@ def shell_command(argv: list[str], sub_index: int, root: str) -> str:
         words += [sub, *HARDENING_OPTIONS.get(sub, ()), *argv[sub_index + 1 :]]
     env = dict(HARDENING_ENV)
     ceiling = os.path.dirname(root)
-    if ceiling != root and ":" not in ceiling:
+    if ceiling != root:  # (a path with ":" is refused by repository_problem)
         env["GIT_CEILING_DIRECTORIES"] = ceiling
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return f"unset {' '.join(UNSET_ENV)}; export {exports}; exec {shlex.join(words)}"
@@ -110,22 +110,27 @@ def repository_problem(cwd: str, root: str) -> str | None:
     repository up to ``root`` is fine: git is stopped there and fails.
     """
     try:
-        return _walk(cwd, root)
+        _walk(cwd, root)
     except _Unsafe as exc:
         return str(exc)
+    return None
 
 
-def _walk(cwd: str, root: str) -> str | None:
+def _walk(cwd: str, root: str) -> None:
+    """Check every repository git could pick on its way up from ``cwd`` to ``root``:
+    git passes over a ``.git`` it finds invalid, so the first one is not enough."""
+    if ":" in os.path.dirname(root):
+        raise _Unsafe("git cannot be stopped above this working directory (its path has a :)")
     here = cwd
     while True:
         dotgit = os.path.join(here, ".git")
         if os.path.lexists(dotgit):
-            return _check_repository(dotgit, root)
-        if all(os.path.lexists(os.path.join(here, x)) for x in ("HEAD", "objects", "refs")):
+            _check_repository(dotgit, root)
+        elif all(os.path.lexists(os.path.join(here, x)) for x in ("HEAD", "objects", "refs")):
             raise _Unsafe(f"{here} is itself a git directory")
         parent = os.path.dirname(here)
         if here == root or parent == here:
-            return None
+            return
         here = parent
 
 
