@@ -245,6 +245,9 @@ def test_help_tags_resolve(editor, tmp_path):
         ":SidekickRunTool",
         "sidekick_tools-config",
         "sidekick_tools.setup()",
+        "sidekick_tools-safe-commands",
+        "sidekick_tools-safe-git",
+        "sidekick_tools-command-forms",
     ):
         editor.nvim.command(f"help {tag}")
         assert editor.lua("return vim.bo.filetype") == "help"

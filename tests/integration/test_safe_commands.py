@@ -124,3 +124,39 @@ def test_an_auto_run_command_stops_at_the_auto_timeout(editor):
     line = next(x for x in text.split("\n") if x.startswith("```result id=c2"))
     assert "reason=timeout" in line
     assert "first line" in text
+
+
+def test_forms_are_checked_by_setup_and_by_the_host(editor):
+    err = editor.lua(
+        "local ok, e = pcall(require('sidekick_tools').setup,"
+        " { auto_accept = { command_forms = { rg = 'x' } } }) return e"
+    )
+    assert 'auto_accept.command_forms["rg"] must be a form table or false' in err
+    err = editor.lua(
+        "local ok, e = pcall(require('sidekick_tools').setup,"
+        " { auto_accept = { safe_commands = { 3 } } }) return e"
+    )
+    assert "auto_accept.safe_commands holds strings" in err
+
+    editor.setup(
+        auto_accept={
+            "safe_commands": ["echo", "true"],
+            "command_forms": {
+                "uname": {"flags": ["-s", "-r"], "operands": "none"},
+                "sh": {"operands": "none"},
+            },
+        }
+    )
+    editor.open_chat(
+        chat(
+            call("echo start", "c1"),
+            call("true", "c2"),
+            call("uname -s", "c3"),
+            call("uname -a", "c4"),
+        )
+    )
+    editor.run_tool(header(editor, "c1") + 1)
+    editor.wait_text("```result id=c3 status=completed")
+    editor.wait_diag(header(editor, "c4"), "▶ run_terminal_command")
+    assert "```result id=c2 status=completed" in editor.text()
+    wait_for(lambda: any("sh runs other programs" in n for n in editor.notifications()))
