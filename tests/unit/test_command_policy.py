@@ -366,6 +366,8 @@ REFUSED = [
     row("date --set=x"),
     row("date 010112002020"),
     row("date -f a.txt"),
+    row("date -d 'TZ=\"/dev/zero\" now'", id="date -d TZ= opens a file"),
+    row("date --date='TZ=\"fifo\" now'"),
     row("date --file=a.txt"),
     row("wc --files0-from=a.txt"),
     row("wc --files0-from a.txt"),

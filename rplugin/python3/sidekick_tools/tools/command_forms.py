@@ -192,6 +192,8 @@ _BUILTIN: tuple[Form, ...] = (
         values=_s("-d --date --rfc-3339"),
         path_values=_s("-r --reference"),
         operands="date",
+        # TZ="…" in a date string makes date open that file as a time zone
+        denied_values={"-d": r"TZ", "--date": r"TZ"},
     ),
     Form("whoami", flags=_s(_HELP), operands="none"),
     Form(
