@@ -64,12 +64,28 @@ M.options = {
       "which",
       "date",
       "whoami",
+      "grep",
       "git status",
       "git diff",
       "git log",
+      "git show",
+      "git branch",
     },
     "table",
-    "Command prefixes run_terminal_command may run without asking (no shell operators)",
+    "Commands run_terminal_command may run without asking: names of safe forms "
+      .. "(:h sidekick_tools-safe-commands), or exact commands",
+  },
+  {
+    "auto_accept.command_forms",
+    {},
+    "table",
+    "Safe forms you declare: name -> { flags, values, path_values, operands, ... }, or false",
+  },
+  {
+    "auto_accept.timeout",
+    120,
+    "number",
+    "Seconds a command run without asking may last (the smaller of this and its own)",
   },
   {
     "auto_accept.policy",
@@ -294,6 +310,22 @@ function M.resolve(user)
   for name, agent in pairs(merged.agents or {}) do
     if type(agent) ~= "table" or type(agent.cmd) ~= "table" or #agent.cmd == 0 then
       error(string.format("sidekick_tools: agents.%s.cmd must be a non-empty list", name), 0)
+    end
+  end
+  for _, entry in ipairs(merged.auto_accept.safe_commands) do
+    if type(entry) ~= "string" then
+      error('sidekick_tools: auto_accept.safe_commands holds strings such as "git status"', 0)
+    end
+  end
+  for name, form in pairs(merged.auto_accept.command_forms) do
+    if type(name) ~= "string" or (form ~= false and type(form) ~= "table") then
+      error(
+        string.format(
+          "sidekick_tools: auto_accept.command_forms[%s] must be a form table or false",
+          vim.inspect(name)
+        ),
+        0
+      )
     end
   end
   if merged.tasks.store ~= "sqlite" and merged.tasks.store ~= "memory" then

@@ -250,6 +250,9 @@ def test_help_tags_resolve(editor, tmp_path):
         "sidekick_tools-config",
         "sidekick_tools.setup()",
         "sidekick_tools.deny()",
+        "sidekick_tools-safe-commands",
+        "sidekick_tools-safe-git",
+        "sidekick_tools-command-forms",
     ):
         editor.nvim.command(f"help {tag}")
         # 'buftype' and the text, not 'filetype': Neovim 0.10 run as root sets none

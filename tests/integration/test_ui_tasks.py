@@ -250,8 +250,8 @@ def test_the_list_shows_the_command_then_the_purpose_dimmed(editor):
                 "run_terminal_command", {"command": "echo hi", "purpose": "Say hello"}, "c1"
             ),
             call_block("use_agent", {"agent": "helper", "message": "tidy the docs"}, "a1"),
-            call_block(
-                "run_terminal_command", {"command": "echo " + "x" * 80, "purpose": "Long"}, "c2"
+            call_block(  # not a safe command: the chain stops before it, it runs by hand
+                "run_terminal_command", {"command": "true " + "x" * 80, "purpose": "Long"}, "c2"
             ),
         )
     )
@@ -271,7 +271,7 @@ def test_the_list_shows_the_command_then_the_purpose_dimmed(editor):
     assert hl_text(editor, buf, agent_row, "SidekickTasksDim") == []
     # a long command is cut, so its purpose stays in view
     long_row = next(i for i, ln in enumerate(lines) if "xxx" in ln)
-    assert lines[long_row].endswith("  echo " + "x" * 54 + "…  Long")
+    assert lines[long_row].endswith("  true " + "x" * 54 + "…  Long")
 
 
 def run_in_a_first_editor(editors, text: str, call_id: str, name: str) -> str:

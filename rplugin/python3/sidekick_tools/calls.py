@@ -378,6 +378,7 @@ class CallRunner:
                 return None
             return ToolResult(status="failed", body=problem, fields={})
         ctx = self._context(cwd, mirror.name, tracked.call_id)
+        ctx.auto = not explicit  # approved by the policy, not run by the user's hand
         if explicit:
             answer = await self._ask_policy(call, ctx)
             if answer == "deny":

@@ -33,10 +33,14 @@ DEFAULT_SAFE_COMMANDS = (
     "which",
     "date",
     "whoami",
+    "grep",
     "git status",
     "git diff",
     "git log",
+    "git show",
+    "git branch",
 )
+DEFAULT_AUTO_TIMEOUT = 120.0  # seconds an auto-approved command may run (DESIGN §12)
 
 
 @dataclass
@@ -69,7 +73,11 @@ class AgentConfig:
 @dataclass
 class AutoAcceptConfig:
     tools: tuple[str, ...] = DEFAULT_AUTO_TOOLS
+    # names of safe forms (tools/command_table.py) or exact commands
     safe_commands: tuple[str, ...] = DEFAULT_SAFE_COMMANDS
+    # forms declared by the user: name -> form table, or False to disable a name
+    command_forms: dict[str, Any] = field(default_factory=dict)
+    timeout: float = DEFAULT_AUTO_TIMEOUT
     has_policy: bool = False  # a Lua policy function exists; the host asks Lua
 
 
@@ -103,6 +111,8 @@ class Config:
         auto = AutoAcceptConfig(
             tools=tuple(_list(aa_raw.get("tools"), DEFAULT_AUTO_TOOLS)),
             safe_commands=tuple(_list(aa_raw.get("safe_commands"), DEFAULT_SAFE_COMMANDS)),
+            command_forms=aa_raw.get("command_forms") or {},
+            timeout=float(aa_raw.get("timeout", DEFAULT_AUTO_TIMEOUT)),
             has_policy=bool(aa_raw.get("has_policy", False)),
         )
         agents: dict[str, AgentConfig] = {}

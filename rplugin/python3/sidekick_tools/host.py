@@ -20,6 +20,7 @@ from .statedir import log_to_file, prepare_state_dir
 from .tasks.manager import TaskManager
 from .tasks.runner import owner_token
 from .tasks.store import MemoryStore, SqliteStore, StoreError
+from .tools import command_table
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ class Host:
         self.tasks = TaskManager(store, config.state_dir, self.owner, **_task_settings(config))
         self.port.block_on(self.tasks.recover())
         self.calls = CallRunner(self.port, self.tasks, config)
+        self._report_config_problems(config)
         log.info("host %s started for %s (store %s)", __version__, self.owner, self.store_kind)
         return self._info()
 
@@ -129,12 +131,20 @@ class Host:
         self.config = config
         self.calls.config = config
         self.tasks.configure(**_task_settings(config))
+        self._report_config_problems(config)
 
     def rpc_settings(self) -> Any:
         """The configuration the host works with, and the task engine's settings
         in force (:checkhealth, and tests that setup() reached the host)."""
         assert self.config is not None and self.tasks is not None
         return {"config": dataclasses.asdict(self.config), "tasks": self.tasks.settings()}
+
+    def _report_config_problems(self, config: Config) -> None:
+        """Entries of auto_accept that cannot be used (they approve nothing): say so."""
+        auto = config.auto_accept
+        for problem in command_table.table_for(auto.safe_commands, auto.command_forms).problems:
+            log.warning("configuration: %s", problem)
+            self.port.notify_user(f"sidekick_tools: {problem}", "warn")
 
     def _info(self) -> dict[str, Any]:
         assert self.config is not None
