@@ -144,6 +144,7 @@ function M.run_tools(bufnr, opts)
   bufnr = bufnr_of(bufnr)
   opts = opts or {}
   local cwd = vim.fn.getcwd()
+  local ids = vim.NIL -- every pending call, unless the question below named them
   if opts.confirm ~= false then
     local ok, plan = pcall(host.request, "plan", bufnr, cwd)
     if not ok then
@@ -168,8 +169,13 @@ function M.run_tools(bufnr, opts)
         return nil, msg
       end
     end
+    -- exactly the calls the user was shown (plan gave each an id): one added
+    -- while the question was open does not run unasked
+    ids = vim.tbl_map(function(p)
+      return p.id
+    end, plan)
   end
-  local ok, res = pcall(host.request, "run_tools", bufnr, cwd)
+  local ok, res = pcall(host.request, "run_tools", bufnr, cwd, ids)
   if not ok then
     return err(res)
   end

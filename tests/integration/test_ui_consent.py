@@ -217,3 +217,30 @@ def test_run_tools_with_nothing_pending_says_so(editor):
     assert editor.text() == before
     editor.nvim.command("SidekickRunTools!")
     wait_for(lambda: len([n for n in editor.notifications() if "no pending tool call" in n]) == 2)
+
+
+def test_run_tools_runs_only_the_calls_the_question_named(editor):
+    """A call added while the question is open (a reply still streaming, say)
+    does not run unasked; a hand-written call without an id was named too."""
+    editor.setup()
+    screen = Screen(editor)
+    editor.open_chat(
+        chat(
+            call_block("run_terminal_command", {"command": "touch asked.txt"}, "asked"),
+            '```tool run_terminal_command\n{"command": "touch unnamed.txt"}\n```\n',
+        )
+    )
+    editor.nvim.input(":SidekickRunTools\r")
+    dialog = screen.dialog(1)
+    assert "touch asked.txt" in dialog and "touch unnamed.txt" in dialog
+    editor.lua(
+        "vim.api.nvim_buf_set_lines(0, -1, -1, false, {'```tool run_terminal_command id=late',"
+        " '{\"command\": \"touch late.txt\"}', '```'})"
+    )
+    editor.nvim.input("r")
+    wait_for(lambda: (editor.workdir / "asked.txt").exists())
+    wait_for(lambda: (editor.workdir / "unnamed.txt").exists())
+    editor.wait_text("touch unnamed.txt")
+    wait_for(lambda: editor.text().count("```result id=") == 2)
+    assert "```result id=late" not in editor.text()
+    assert not (editor.workdir / "late.txt").exists()

@@ -160,9 +160,12 @@ class Host:
         cwd = str(cwd) if cwd else self._cwd()
         return self._run_request(lambda gate: self.calls.run_tool(int(buf), int(row), cwd, gate))
 
-    def rpc_run_tools(self, buf: int, cwd: str | None = None) -> Any:
+    def rpc_run_tools(self, buf: int, cwd: str | None = None, ids: Any = None) -> Any:
+        """Run the pending calls of the last assistant message; with `ids`, only
+        those (the ones the user agreed to in :SidekickRunTools' question)."""
         cwd = str(cwd) if cwd else self._cwd()
-        return self._run_request(lambda gate: self.calls.run_tools(int(buf), cwd, gate))
+        chosen = [str(i) for i in _list(ids)] if ids is not None else None
+        return self._run_request(lambda gate: self.calls.run_tools(int(buf), cwd, gate, chosen))
 
     def _run_request(self, start: Callable[[asyncio.Future[None]], Any]) -> Any:
         """Answer a run request before its first call starts working.

@@ -174,6 +174,12 @@ class NvimPort:
             )
         )
 
+    async def ask_policy(self, tool: str, params: dict[str, Any], ctx: dict[str, Any]) -> Any:
+        """The user's auto_accept.policy function's answer for a call (Lua)."""
+        return await self.lua(
+            "return require('sidekick_tools.bridge').policy(...)", tool, params, ctx
+        )
+
     async def mark_rows(self, buf: int, marks: list[int]) -> dict[int, int]:
         rows = await self.lua("return require('sidekick_tools.bridge').mark_rows(...)", buf, marks)
         return {int(k): int(v) for k, v in dict(rows or {}).items()}
