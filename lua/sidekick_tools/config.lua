@@ -94,6 +94,12 @@ M.options = {
     'function(tool, params, ctx) -> "approve" | "deny" | nil; consulted first',
   },
   { "agents", {}, "table", 'name -> { cmd = { ..., "{message}" }, env = {}, cwd = nil }' },
+  {
+    "chat",
+    {},
+    "table",
+    "The chat loop (DESIGN §10): model, providers, system, max_tokens, auto_send, max_turns, send_on_notice, dir",
+  },
   { "result.max_lines", 200, "number", "Output lines kept in a result block (tail)" },
   {
     "result.notice_lines",
@@ -396,9 +402,15 @@ function M.write_mcp_settings()
   return path
 end
 
---- The serialisable part sent to the host (functions stay in Lua).
+--- The serialisable part sent to the host (functions stay in Lua: a provider's
+--- api_key function becomes "lua:", and the host asks Lua for the key when it sends).
 function M.for_host()
   local c = vim.deepcopy(M.current)
+  for _, provider in pairs((c.chat or {}).providers or {}) do
+    if type(provider) == "table" and type(provider.api_key) == "function" then
+      provider.api_key = "lua:"
+    end
+  end
   c.python = nil
   c.state_dir = M.state_dir()
   c.auto_accept.has_policy = type(c.auto_accept.policy) == "function"

@@ -268,6 +268,34 @@ function M.rerun(token)
   return with_events(buf, res)
 end
 
+--- Send the chat to its model; the reply streams in, its calls run as the
+--- auto-accept policy allows, and the results go back (DESIGN §10).
+---@param bufnr integer|nil
+function M.send(bufnr)
+  vim.validate({ bufnr = { bufnr, "number", true } })
+  bufnr = bufnr_of(bufnr)
+  local ok, res = pcall(host.request, "send", bufnr, vim.fn.getcwd())
+  if not ok then
+    return err(res)
+  end
+  return res
+end
+
+--- Stop the reply streaming into the chat, and the loop.
+---@param bufnr integer|nil
+function M.stop(bufnr)
+  vim.validate({ bufnr = { bufnr, "number", true } })
+  bufnr = bufnr_of(bufnr)
+  local ok, res = pcall(host.request, "stop", bufnr)
+  if not ok then
+    return err(res)
+  end
+  if res and res.message then
+    vim.notify(res.message, vim.log.levels.INFO)
+  end
+  return res
+end
+
 --- Tasks from the store, newest first: this Neovim's (the ones it started and
 --- the ones started from the chats loaded in it), or with `owner = "any"` every
 --- Neovim's and agent's.

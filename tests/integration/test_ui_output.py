@@ -115,10 +115,11 @@ def test_output_of_the_call_under_the_cursor(editor):
 
 def test_output_without_a_token_and_none_to_show(editor):
     editor.setup()
+    # printf is no safe command: the chain does not run b after a (it runs by hand below)
     editor.open_chat(
         "USER: hi\n\nASSISTANT: ok\n\n"
-        '```tool run_terminal_command id=a\n{"command": "echo first"}\n```\n\n'
-        '```tool run_terminal_command id=b\n{"command": "echo second"}\n```\n'
+        '```tool run_terminal_command id=a\n{"command": "printf first"}\n```\n\n'
+        '```tool run_terminal_command id=b\n{"command": "printf second"}\n```\n'
     )
     wins = len(editor.nvim.windows)
     editor.nvim.command("SidekickOutput")  # nothing has run yet

@@ -99,6 +99,8 @@ class Config:
     result_max_lines: int = 200
     notice_lines: int = 10
     mcp: McpConfig = field(default_factory=McpConfig)
+    # The chat loop's table as Lua sends it (llm/settings.py reads it: ChatConfig)
+    chat: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> Config:
@@ -134,6 +136,7 @@ class Config:
             result_max_lines=int(result.get("max_lines", 200)),
             notice_lines=int(result.get("notice_lines", 10)),
             mcp=McpConfig(**_known(McpConfig, dict(raw.get("mcp") or {}))),
+            chat=dict(raw.get("chat") or {}),
         )
 
 

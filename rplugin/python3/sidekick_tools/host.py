@@ -204,6 +204,15 @@ class Host:
         cwd = str(cwd) if cwd else self._cwd()
         return self._run_request(lambda _gate: self.calls.run_call(int(buf), str(call_id), cwd))
 
+    def rpc_send(self, buf: int, cwd: str | None = None) -> Any:
+        """:SidekickSend: the chat to its model; the reply streams in (DESIGN §10)."""
+        cwd = str(cwd) if cwd else self._cwd()
+        return self.port.block_on(self.calls.send(int(buf), cwd))
+
+    def rpc_stop(self, buf: int) -> Any:
+        """:SidekickStop: the reply streaming into `buf` ends now; the loop is disarmed."""
+        return self.calls.stop(int(buf))
+
     def rpc_chat_opened(self, buf: int) -> Any:
         self.port.block_on(self.calls.chat_opened(int(buf)))
         return True

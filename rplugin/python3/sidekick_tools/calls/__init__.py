@@ -5,6 +5,7 @@
     writer.py    results and notices written into buffers, batched, never lost in silence
     follow.py    tasks' events: states while they run, final blocks and notices when they end
     scan.py      the state of every call as the text says it, for diagnostics
+    loop.py      the chat loop: send, stream the reply in, run its calls, send again
 
 `CallRunner` wires them for the host and is what host.py calls.
 """
@@ -17,6 +18,7 @@ from typing import Any
 from ..config import Config
 from .chain import CallChain, UserError
 from .follow import TaskFollower
+from .loop import ChatLoop
 from .registry import CallRegistry, Tracked
 from .scan import DiagnosticScan
 from .writer import ResultWriter
@@ -31,6 +33,14 @@ class CallRunner:
         self.follower = TaskFollower(port, self.registry, self.writer, tasks, config)
         self.chain = CallChain(port, self.registry, self.writer, self.follower, tasks, config)
         self.scan = DiagnosticScan(port, self.registry)
+        self.loop = ChatLoop(port, self.registry, self.writer, self.chain, config)
+        self.follower.hold = self.loop.notice
+
+        def written(tracked: Tracked, result: Any) -> None:
+            self.follower.result_written(tracked, result)
+            self.loop.result_written(tracked.buf)
+
+        self.writer.on_written = written
         self.port = port
         self._config = config
 
@@ -42,7 +52,7 @@ class CallRunner:
     def config(self, config: Config) -> None:
         """`setup()` again: every piece works with the new settings."""
         self._config = config
-        for part in (self.writer, self.follower, self.chain):
+        for part in (self.writer, self.follower, self.chain, self.loop):
             part.config = config
 
     async def run_tool(self, buf: int, row: int, cwd: str, gate: Any = None) -> dict[str, Any]:
@@ -61,6 +71,12 @@ class CallRunner:
 
     async def deny(self, buf: int, row: int, reason: str = "") -> dict[str, Any]:
         return await self.chain.deny(buf, row, reason)
+
+    async def send(self, buf: int, cwd: str) -> dict[str, Any]:
+        return await self.loop.send(buf, cwd)
+
+    def stop(self, buf: int) -> dict[str, Any]:
+        return self.loop.stop(buf)
 
     async def chat_opened(self, buf: int) -> None:
         """A chat was (re)opened: follow its running blocks, draw every call's state."""

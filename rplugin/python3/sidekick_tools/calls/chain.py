@@ -186,17 +186,32 @@ class CallChain:
         found: Found | None = None,
         gate: asyncio.Future[None] | None = None,
         follow_on: bool = True,
-    ) -> None:
-        """Run `first` (the user's), then while `follow_on`, each next call the
-        policy approves."""
+        explicit: bool = True,
+    ) -> ToolCall | None:
+        """Run `first` (the user's, unless `explicit` is false), then while
+        `follow_on`, each next call the policy approves. Returns the call the
+        chain stopped at because it needs the user's consent, if any."""
         current: Tracked | None = first
-        explicit = True
         while current is not None:
             result = await self.run_one(current, cwd, explicit=explicit, found=found, gate=gate)
             if result is not None:
                 await self.deliver(current, result)
             explicit, found, gate = False, None, None
-            current = await self._next_auto(current, cwd) if follow_on else None
+            if not follow_on:
+                return None
+            current, waiting = await self._next_auto(current, cwd)
+            if waiting is not None:
+                return waiting
+        return None
+
+    async def run_unasked(self, buf: int, call: ToolCall, cwd: str) -> ToolCall | None:
+        """The chat loop: run a reply's calls from `call` on while the policy
+        approves them (none is the user's own). Returns the call that needs the
+        user's consent, if the chain stopped at one."""
+        tracked, waiting = await self._approved(buf, call, cwd)
+        if tracked is None:
+            return waiting
+        return await self.chain(tracked, cwd, explicit=False)
 
     async def _run_ids(
         self, buf: int, ids: list[str], cwd: str, gate: asyncio.Future[None] | None = None
@@ -227,31 +242,42 @@ class CallChain:
         if deliveries:
             await asyncio.gather(*deliveries)
 
-    async def _next_auto(self, previous: Tracked, cwd: str) -> Tracked | None:
-        """The next pending call of the same message, when it may run without asking."""
+    async def _next_auto(
+        self, previous: Tracked, cwd: str
+    ) -> tuple[Tracked | None, ToolCall | None]:
+        """The next pending call of the same message, when it may run without
+        asking; else the call that needs consent (or neither: no call left, or
+        a broken one, whose ✗ shows why)."""
         mirror = await self.mirror(previous.buf)
         chat = mirror.chat()
         prev = chat.call_by_id(previous.call_id)
         if prev is None:
-            return None
+            return None, None
         message = chat.messages[prev.message_index]
         following = [c for c in message.calls if c.start_row > prev.start_row and c.pending]
         if not following:
-            return None
-        call = following[0]
+            return None, None
+        return await self._approved(previous.buf, following[0], cwd)
+
+    async def _approved(
+        self, buf: int, call: ToolCall, cwd: str
+    ) -> tuple[Tracked | None, ToolCall | None]:
+        """`call`, followed, when the policy approves it (one it denies gets its
+        denied result and the next call is tried); else the call to ask about."""
         if call_problem(call):
-            return None  # a broken call needs a person; its ✗ shows why
+            return None, None  # a broken call needs a person; its ✗ shows why
+        mirror = await self.mirror(buf)
         ctx = self.context(cwd, mirror.name, call.call_id or "")
         verdict = decide(call.tool, call.params or {}, ctx, await self.ask_policy(call, ctx))
         if verdict == "ask":
-            return None
-        tracked = await self.prepare(previous.buf, call)
+            return None, call
+        tracked = await self.prepare(buf, call)
         if tracked is None:
-            return None
+            return None, None
         if verdict == "deny":
             await self.writer.write(tracked, denied("denied by the auto-accept policy"))
             return await self._next_auto(tracked, cwd)
-        return tracked
+        return tracked, None
 
     async def run_one(
         self,

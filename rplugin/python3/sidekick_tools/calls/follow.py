@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import tools
@@ -41,8 +42,11 @@ class TaskFollower:
         self.tasks = tasks
         self.config = config
         self._bg: set[asyncio.Future[Any]] = set()
+        # A chat that talks to a model hands its notices to the chat loop, which
+        # writes them once no reply streams and every call has its result, then
+        # sends them (DESIGN §10, steering). True: the loop took the notice.
+        self.hold: Callable[[int, list[str]], bool] = lambda _buf, _lines: False
         tasks.subscribe(self.on_task_event)
-        writer.on_written = self.result_written
 
     # -- a call's state as its task moves --------------------------------------------
     def on_task_event(self, event: Any) -> None:
@@ -127,7 +131,11 @@ class TaskFollower:
             "output": output,
             "log": log_path,
         }
-        await self.writer.write_with_notice(tracked, result, notice_lines(payload))
+        notice = notice_lines(payload)
+        if self.hold(tracked.buf, notice):
+            await self.writer.write(tracked, result)
+        else:
+            await self.writer.write_with_notice(tracked, result, notice)
 
     # -- a chat (re)opened ----------------------------------------------------------
     async def reattach(self, buf: int, mirror: Any, prepare: Any) -> dict[str, str]:

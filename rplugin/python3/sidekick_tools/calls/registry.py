@@ -61,6 +61,10 @@ class CallRegistry:
         self._by_call[(chat, call_id)] = tracked
         return tracked
 
+    def new_mark(self) -> int:
+        """A fresh extmark id (a reply's region takes one too)."""
+        return next(self._marks)
+
     def mark_for(self, buf: int, call_id: str) -> int:
         """The extmark id a call has, or will have when followed."""
         old = self.tracked.get((buf, call_id))

@@ -79,6 +79,10 @@ class ResultWriter:
         noticed = self._enqueue(tracked.buf, notice_item)
         return asyncio.gather(written, noticed)
 
+    def write_notice(self, buf: int, notice: list[str]) -> asyncio.Future[bool]:
+        """A completion notice alone (its task's block was written before)."""
+        return self._enqueue(buf, Pending(next(self._seq), lines=notice))
+
     def shown(
         self, body: str, log_path: str | None, truncate: bool = True, lines: int | None = None
     ) -> str:
