@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from . import __version__
 from .calls import CallRunner, UserError
+from .calls.follow import task_view
 from .config import Config
 from .nvim_port import NvimPort
 from .statedir import log_to_file, prepare_state_dir
@@ -259,11 +260,11 @@ class Host:
             limit=int(opts.get("limit") or 100),
             offset=int(opts.get("offset") or 0),
         )
-        return [t.to_dict() for t in tasks]
+        return [task_view(t) for t in tasks]
 
     def rpc_get_task(self, token: str) -> Any:
         task = self.tasks.get(str(token))
-        return task.to_dict() if task is not None else None
+        return task_view(task) if task is not None else None
 
     def rpc_shutdown(self) -> Any:
         self.close()

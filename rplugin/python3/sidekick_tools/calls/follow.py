@@ -19,6 +19,7 @@ from .. import tools
 from ..chat.render import notice_lines
 from ..chat.states import fields_detail
 from ..config import Config
+from ..secrets_mask import mask
 from ..tasks.model import TaskStatus, is_token
 from ..tools.base import ToolResult
 from .registry import CallRegistry, Tracked
@@ -56,7 +57,7 @@ class TaskFollower:
                 "type": "task",
                 "kind": event.kind,
                 "finished": event.kind == "finished",
-                "task": task.to_dict(),
+                "task": task_view(task),
             }
         )
         if event.kind in ("started", "finished"):
@@ -179,11 +180,25 @@ class TaskFollower:
         fut.add_done_callback(log_failure)
 
 
+# What Lua shows of a task that may hold a secret (a command with a token in
+# it, output in its summary): masked; the raw log stays on disk (0600).
+_SHOWN_TEXT = ("label", "command", "summary", "error", "progress_text")
+
+
+def task_view(task: Any) -> dict[str, Any]:
+    """A task as Lua gets it (task list, notifications, API): secrets masked."""
+    view = task.to_dict()
+    for key in _SHOWN_TEXT:
+        if isinstance(view.get(key), str):
+            view[key] = mask(view[key])
+    return view
+
+
 def result_detail(result: ToolResult) -> str | None:
     """The short text a finished call's diagnostic carries."""
     if result.status == "failed":
         first = result.body.strip().splitlines()[0] if result.body.strip() else "failed"
-        return fields_detail(result.fields) or first[:200]
+        return fields_detail(result.fields) or mask(first)[:200]
     if result.status in ("cancelled", "denied"):  # denied: who (Lua words it)
         return str(result.fields.get("reason") or result.status)
     return None

@@ -22,6 +22,7 @@ from ..chat import ToolCall
 from ..chat.edits import locate, notice_edit, result_span, user_line_edit
 from ..chat.render import clean_output, result_lines, truncate_tail
 from ..config import Config
+from ..secrets_mask import mask
 from ..tools.base import ToolResult
 from .registry import CallRegistry, Tracked
 
@@ -86,10 +87,10 @@ class ResultWriter:
     def shown(
         self, body: str, log_path: str | None, truncate: bool = True, lines: int | None = None
     ) -> str:
-        """Text as the buffer shows it: clean, no trailing newline, and for process
-        output only the tail (`lines`, default `result.max_lines`; file tools
-        bound their own results)."""
-        text = clean_output(body.encode("utf-8", "replace"))
+        """Text as the buffer shows it: clean, secrets masked (the raw log keeps
+        them, 0600), no trailing newline, and for process output only the tail
+        (`lines`, default `result.max_lines`; file tools bound their own results)."""
+        text = mask(clean_output(body.encode("utf-8", "replace")))
         if truncate:
             keep = self.config.result_max_lines if lines is None else lines
             text = truncate_tail(text, keep, log_path)
