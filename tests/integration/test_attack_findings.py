@@ -268,3 +268,118 @@ def test_f6_a_deeply_nested_tool_input_leaves_the_chat_stuck_streaming(editor):
         editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: hello again'})")
         result = editor.lua("return { require('sidekick_tools').send() }")
         assert "still streaming" not in str(result), result
+
+
+# --------------------------------------------------------------------------- finding 7
+@pytest.mark.xfail(strict=True, reason="finding 7: a key reaches the chat via an internal error")
+def test_f7_an_api_key_with_a_non_ascii_character_is_written_into_the_chat(editor):
+    """DESIGN §10: a key never enters the chat or an error message. A key pasted
+    with a typographic hyphen (U+2010, what word processors and chat apps turn
+    "-" into) makes httpx raise UnicodeEncodeError while building the headers;
+    loop._stream catches it as an internal error and writes f"{exc!r}" (which
+    holds the whole header value) into the chat under the reply and into a
+    notification. It is masked with the key formats only, not with the key
+    itself, and the typographic hyphens keep the format masks from matching."""
+    key = "sk\u2010ant\u2010api03\u2010" + "Q" * 40  # the real key, with U+2010 for "-"
+    with ThreadedFakeProvider(api_key=KEY) as fake:
+        editor.lua("vim.env.FAKE_KEY = ...", key)
+        editor.setup(
+            chat={
+                "model": "fake/test-model",
+                "providers": {
+                    "fake": {
+                        "kind": "anthropic",
+                        "base_url": fake.anthropic_url,
+                        "api_key": "env:FAKE_KEY",
+                    }
+                },
+            }
+        )
+        editor.open_chat("USER: hello\n")
+        editor.lua("return require('sidekick_tools').send()")
+        wait_for(lambda: "```sidekick" in editor.text() or editor.notifications(), timeout=10)
+        time.sleep(0.5)
+        shown = editor.text() + "\n".join(editor.notifications())
+        assert "Q" * 40 not in shown, shown
+
+
+# --------------------------------------------------------------------------- finding 8
+PEM_BODY = [
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
+    "QyNTUxOQAAACBzZWNyZXQta2V5LWJvZHktdGhhdC1tdXN0LW5vdC1sZWFrAAAAkGFhYWFh",
+    "YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYW",
+]
+
+
+@pytest.mark.xfail(strict=True, reason="finding 8: a private key without its BEGIN line is sent")
+def test_f8_a_private_key_read_without_its_begin_line_reaches_the_model(editor):
+    """DESIGN §10/§12: PEM private keys are masked in what is sent to a model.
+    The mask needs the BEGIN line: an auto-approved `tail -n +2 deploy_key`
+    (or `grep -v BEGIN deploy_key`) prints the key body and its END line, and
+    the next request carries them verbatim."""
+    (editor.workdir / "deploy_key").write_text(
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+        + "\n".join(PEM_BODY)
+        + "\n-----END OPENSSH PRIVATE KEY-----\n"
+    )
+    with ThreadedFakeProvider(api_key=KEY) as fake:
+        fake.push(
+            reply(tool_call("run_terminal_command", {"command": "tail -n +2 deploy_key"})),
+            reply("Thanks."),
+        )
+        editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
+        editor.setup(
+            chat={
+                "model": "fake/test-model",
+                "providers": {
+                    "fake": {
+                        "kind": "anthropic",
+                        "base_url": fake.anthropic_url,
+                        "api_key": "env:FAKE_KEY",
+                    }
+                },
+            }
+        )
+        editor.open_chat("USER: look at the deploy key\n")
+        editor.lua("return require('sidekick_tools').send()")
+        wait_for(lambda: len(fake.requests) == 2, timeout=20)
+        sent = json.dumps(fake.requests[1].json)
+        assert not any(line in sent for line in PEM_BODY), sent[-1500:]
+
+
+# --------------------------------------------------------------------------- finding 9
+@pytest.mark.xfail(strict=True, reason="finding 9: a long streamed line freezes the editor")
+def test_f9_a_reply_with_one_long_line_freezes_editor_requests(editor):
+    """DESIGN §9/§10/§12: the host never blocks on what the model controls, and
+    editor requests stay fast while a reply streams. Every frame the renderer
+    diffs the reply's last line with a per-character Python loop
+    (reply_render._common_prefix): a reply that is one long line (minified code,
+    base64, or a hostile server) costs O(length) per frame on the host's event
+    loop, quadratic in all. 6 MiB in 256 KiB deltas hold editor requests for
+    seconds (16 MiB: 45 s measured)."""
+    with ThreadedFakeProvider(api_key=KEY) as fake:
+        fake.push(reply("x" * (6 << 20), chunk=256 << 10, tokens_per_second=20))
+        editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
+        editor.setup(
+            chat={
+                "model": "fake/test-model",
+                "providers": {
+                    "fake": {
+                        "kind": "anthropic",
+                        "base_url": fake.anthropic_url,
+                        "api_key": "env:FAKE_KEY",
+                    }
+                },
+            }
+        )
+        editor.open_chat("USER: hi\n")
+        editor.lua("return require('sidekick_tools').send()")
+        wait_for(lambda: len(fake.requests) == 1)
+        worst = 0.0
+        deadline = time.monotonic() + 12
+        while time.monotonic() < deadline:
+            t = time.monotonic()
+            editor.lua("return #require('sidekick_tools').list_tasks()")
+            worst = max(worst, time.monotonic() - t)
+            time.sleep(0.05)
+        assert worst < 1.0, f"an editor request waited {worst:.1f} s"
