@@ -383,3 +383,45 @@ def test_f9_a_reply_with_one_long_line_freezes_editor_requests(editor):
             worst = max(worst, time.monotonic() - t)
             time.sleep(0.05)
         assert worst < 1.0, f"an editor request waited {worst:.1f} s"
+
+
+# --------------------------------------------------------------------------- finding 10
+def _peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@pytest.mark.xfail(strict=True, reason="finding 10: read_files has no bound on paths or total")
+def test_f10_one_auto_run_read_files_call_grows_the_host_by_hundreds_of_mb(editor):
+    """read_files caps each file at 256 KiB but not the number of paths nor the
+    total: one auto-approved call naming the same file 1,000 times builds a
+    256 MiB answer in the host (peak RSS grows by ~0.5-1 GiB). The parser lets a
+    call body reach 1 MiB, enough for 100,000+ paths: tens of GiB, an OOM kill
+    of the host or of something else on the machine."""
+    editor.setup()
+    (editor.workdir / "big.txt").write_text(("y" * 99 + "\n") * 2621)  # ~256 KiB
+    editor.open_chat(HEAD + call("c1", "run_terminal_command", {"command": "echo start"}))
+    editor.run_tool(5)
+    editor.wait_text("```result id=c1 status=completed")
+    pid = _host_pid(editor)
+    before = _peak_rss_mb(pid)
+    editor.lua(
+        "vim.api.nvim_buf_set_lines(0, -1, -1, false, ...)",
+        [
+            "",
+            "USER: read",
+            "",
+            "ASSISTANT: Reading.",
+            "",
+            *call("c2", "run_terminal_command", {"command": "echo again"}).splitlines(),
+            "",
+            *call("c3", "read_files", {"paths": ["big.txt"] * 1000}).splitlines(),
+        ],
+    )
+    editor.run_tool(header_row(editor, "c2") + 1)
+    editor.wait_text("```result id=c3 status=", timeout=60)
+    grown = _peak_rss_mb(pid) - before
+    assert grown < 100, f"the host's peak memory grew by {grown:.0f} MB for one call"
