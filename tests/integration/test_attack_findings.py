@@ -425,3 +425,50 @@ def test_f10_one_auto_run_read_files_call_grows_the_host_by_hundreds_of_mb(edito
     editor.wait_text("```result id=c3 status=", timeout=60)
     grown = _peak_rss_mb(pid) - before
     assert grown < 100, f"the host's peak memory grew by {grown:.0f} MB for one call"
+
+
+# --------------------------------------------------------------------------- finding 12
+@pytest.mark.xfail(strict=True, reason="finding 12: a notice re-arms a stopped loop")
+def test_f12_after_stop_a_models_background_task_restarts_the_loop(editor):
+    """DESIGN §10: :SidekickStop "disarms the loop". A model that first started an
+    auto-approved background task (`tail -F --retry x`, async) is stopped by the
+    user mid-reply; when that task ends (auto_accept.timeout), its completion
+    notice is sent (send_on_notice), `_continue` sets `armed = True` again, and
+    the model's next calls run unasked: the loop goes on without the user, up
+    to max_turns, each turn able to start the next such task."""
+    pwned_probe = "call_after_stop"
+    with ThreadedFakeProvider(api_key=KEY) as fake:
+        fake.push(
+            reply(
+                tool_call(
+                    "run_terminal_command",
+                    {"command": "tail -F --retry not-there", "async": True},
+                    id="call_bg",
+                )
+            ),
+            reply("Working on it. " * 40, chunk=4, hang_after=20),
+            reply(tool_call("list_directory", {"path": "."}, id=pwned_probe)),
+            reply("Carried on without you."),
+        )
+        editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
+        editor.setup(
+            auto_accept={"timeout": 4},
+            chat={
+                "model": "fake/test-model",
+                "providers": {
+                    "fake": {
+                        "kind": "anthropic",
+                        "base_url": fake.anthropic_url,
+                        "api_key": "env:FAKE_KEY",
+                    }
+                },
+            },
+        )
+        editor.open_chat("USER: start watching\n")
+        editor.lua("return require('sidekick_tools').send()")
+        editor.wait_text("Working on it.")
+        editor.lua("require('sidekick_tools').stop()")
+        editor.wait_text("```sidekick stopped")
+        time.sleep(8)  # the task times out at 4 s
+        assert f"```result id={pwned_probe}" not in editor.text(), editor.text()
+        assert len(fake.requests) == 2
