@@ -209,7 +209,11 @@ def test_f4_a_hostile_task_output_filter_freezes_the_editor(editors):
 
     def probe() -> None:
         t = time.monotonic()
-        box["tasks"] = ed.lua("return #require('sidekick_tools').list_tasks()")
+        try:
+            box["tasks"] = ed.lua("return #require('sidekick_tools').list_tasks()")
+        except Exception as exc:  # the host was killed below to unfreeze the editor
+            box["error"] = repr(exc)
+            return
         box["seconds"] = time.monotonic() - t
 
     thread = threading.Thread(target=probe, daemon=True)
@@ -397,8 +401,8 @@ def _peak_rss_mb(pid: int) -> float:
 @pytest.mark.xfail(strict=True, reason="finding 10: read_files has no bound on paths or total")
 def test_f10_one_auto_run_read_files_call_grows_the_host_by_hundreds_of_mb(editor):
     """read_files caps each file at 256 KiB but not the number of paths nor the
-    total: one auto-approved call naming the same file 1,000 times builds a
-    256 MiB answer in the host (peak RSS grows by ~0.5-1 GiB). The parser lets a
+    total: one auto-approved call naming a 256 KiB file 400 times builds a
+    100 MiB answer in the host (peak RSS grew by 1.7 GiB for 1,000). The parser lets a
     call body reach 1 MiB, enough for 100,000+ paths: tens of GiB, an OOM kill
     of the host or of something else on the machine."""
     editor.setup()
@@ -418,7 +422,7 @@ def test_f10_one_auto_run_read_files_call_grows_the_host_by_hundreds_of_mb(edito
             "",
             *call("c2", "run_terminal_command", {"command": "echo again"}).splitlines(),
             "",
-            *call("c3", "read_files", {"paths": ["big.txt"] * 1000}).splitlines(),
+            *call("c3", "read_files", {"paths": ["big.txt"] * 400}).splitlines(),
         ],
     )
     editor.run_tool(header_row(editor, "c2") + 1)
