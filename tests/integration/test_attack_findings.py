@@ -55,7 +55,6 @@ def git_repo(path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- finding 1
-@pytest.mark.xfail(strict=True, reason="finding 1: auto-run git prints files via .git/info/grafts")
 def test_f1_auto_run_git_reads_a_file_outside_through_git_info_grafts(editor, tmp_path):
     """An unpacked repository whose .git/info/grafts is a symlink to a file outside
     the working directory: the chained, auto-approved `git log` prints that file
@@ -78,14 +77,16 @@ def test_f1_auto_run_git_reads_a_file_outside_through_git_info_grafts(editor, tm
         + "\n"
         + call("c2", "run_terminal_command", {"command": "git log --oneline"})
     )
-    editor.run_tool(5)  # the user runs c1; c2 follows on its own
-    editor.wait_text("```result id=c2 status=")
+    editor.run_tool(5)  # the user runs c1; c2 would follow on its own
+    editor.wait_text("```result id=c1 status=completed")
+    row = editor.lines().index("```tool run_terminal_command id=c2")
+    editor.wait_diag(row, "▶ run_terminal_command")  # the chain stopped: the user is asked
     text = editor.text()
     assert "Hunter2" not in text and "second-private-line" not in text, text
+    assert "```result id=c2" not in text
 
 
 # --------------------------------------------------------------------------- finding 2
-@pytest.mark.xfail(strict=True, reason="finding 2: RunTools runs another call of the same id")
 def test_f2_run_tools_runs_an_earlier_call_that_shares_the_pending_calls_id(editor):
     """A chat whose last message holds a pending call with the id of an earlier
     call the user DENIED (a hostile model reuses the id in its next reply; a chat
@@ -102,13 +103,15 @@ def test_f2_run_tools_runs_an_earlier_call_that_shares_the_pending_calls_id(edit
         + call("c1", "run_terminal_command", {"command": "echo harmless"})
     )
     editor.open_chat(chat)
-    editor.lua("return require('sidekick_tools').run_tools(0, { confirm = false })")
-    time.sleep(3)
+    res = editor.lua("return require('sidekick_tools').run_tools(0, { confirm = false })")
+    assert res is None  # nothing runs: the pending call's id is not its own
+    row = len(editor.lines()) - 3
+    editor.wait_diag(row, "✗ run_terminal_command: Duplicate id")
     assert not pwned.exists(), editor.text()
+    assert "```result id=c1 status=denied" in editor.text()  # the denial stands
 
 
 # --------------------------------------------------------------------------- finding 5
-@pytest.mark.xfail(strict=True, reason="finding 5: secrets are not masked in the chat")
 def test_f5_a_key_printed_by_an_auto_run_command_lands_unmasked_in_the_chat(editor):
     """DESIGN §12: key formats are masked in everything the plugin writes into a
     chat. Only the request to the model (llm/request.py) and MCP answers mask;
@@ -240,7 +243,6 @@ def _deep_tool_reply(depth: int) -> object:
     return reply(raw_body=body.replace(b'[\\"PLACEHOLDER\\"]', deep))
 
 
-@pytest.mark.xfail(strict=True, reason="finding 6: deep JSON in a streamed call wedges the chat")
 def test_f6_a_deeply_nested_tool_input_leaves_the_chat_stuck_streaming(editor):
     """DESIGN §12: JSON nesting is bounded and each call's problem stays that
     call's. The chat parser bounds nesting, but chat/reply.py parse_tool_input
@@ -267,15 +269,18 @@ def test_f6_a_deeply_nested_tool_input_leaves_the_chat_stuck_streaming(editor):
         editor.open_chat("USER: read something\n")
         editor.lua("return require('sidekick_tools').send()")
         wait_for(lambda: len(fake.requests) == 1)
-        time.sleep(2)
-        editor.lua("require('sidekick_tools').stop()")
         editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: hello again'})")
-        result = editor.lua("return { require('sidekick_tools').send() }")
-        assert "still streaming" not in str(result), result
+
+        def sent() -> bool:  # refused while the reply streams, then it goes
+            result = editor.lua("return { require('sidekick_tools').send() }")
+            return "still streaming" not in str(result)
+
+        wait_for(sent)
+        editor.wait_text("second answer")  # the chat went on; the deep call never ran
+        assert "```result id=toolu_deep status=denied" in editor.text()
 
 
 # --------------------------------------------------------------------------- finding 7
-@pytest.mark.xfail(strict=True, reason="finding 7: a key reaches the chat via an internal error")
 def test_f7_an_api_key_with_a_non_ascii_character_is_written_into_the_chat(editor):
     """DESIGN §10: a key never enters the chat or an error message. A key pasted
     with a typographic hyphen (U+2010, what word processors and chat apps turn
@@ -301,10 +306,11 @@ def test_f7_an_api_key_with_a_non_ascii_character_is_written_into_the_chat(edito
         )
         editor.open_chat("USER: hello\n")
         editor.lua("return require('sidekick_tools').send()")
-        wait_for(lambda: "```sidekick" in editor.text() or editor.notifications(), timeout=10)
-        time.sleep(0.5)
+        note = wait_for(lambda: [n for n in editor.notifications() if "API key" in n])
+        assert "not printable ASCII" in note[0]
         shown = editor.text() + "\n".join(editor.notifications())
         assert "Q" * 40 not in shown, shown
+        assert not fake.requests  # nothing was sent
 
 
 # --------------------------------------------------------------------------- finding 8
@@ -315,7 +321,6 @@ PEM_BODY = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="finding 8: a private key without its BEGIN line is sent")
 def test_f8_a_private_key_read_without_its_begin_line_reaches_the_model(editor):
     """DESIGN §10/§12: PEM private keys are masked in what is sent to a model.
     The mask needs the BEGIN line: an auto-approved `tail -n +2 deploy_key`
@@ -352,7 +357,6 @@ def test_f8_a_private_key_read_without_its_begin_line_reaches_the_model(editor):
 
 
 # --------------------------------------------------------------------------- finding 9
-@pytest.mark.xfail(strict=True, reason="finding 9: a long streamed line freezes the editor")
 def test_f9_a_reply_with_one_long_line_freezes_editor_requests(editor):
     """DESIGN §9/§10/§12: the host never blocks on what the model controls, and
     editor requests stay fast while a reply streams. Every frame the renderer
@@ -379,13 +383,17 @@ def test_f9_a_reply_with_one_long_line_freezes_editor_requests(editor):
         editor.open_chat("USER: hi\n")
         editor.lua("return require('sidekick_tools').send()")
         wait_for(lambda: len(fake.requests) == 1)
+        full = len("ASSISTANT: ") + (6 << 20)
         worst = 0.0
-        deadline = time.monotonic() + 12
-        while time.monotonic() < deadline:
+
+        def streamed() -> bool:  # each probe is an editor request through the host
+            nonlocal worst
             t = time.monotonic()
             editor.lua("return #require('sidekick_tools').list_tasks()")
             worst = max(worst, time.monotonic() - t)
-            time.sleep(0.05)
+            return editor.lua("return #vim.api.nvim_buf_get_lines(0, 2, 3, false)[1]") == full
+
+        wait_for(streamed, timeout=120, interval=0.05)
         assert worst < 1.0, f"an editor request waited {worst:.1f} s"
 
 
@@ -398,7 +406,6 @@ def _peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-@pytest.mark.xfail(strict=True, reason="finding 10: read_files has no bound on paths or total")
 def test_f10_one_auto_run_read_files_call_grows_the_host_by_hundreds_of_mb(editor):
     """read_files caps each file at 256 KiB but not the number of paths nor the
     total: one auto-approved call naming a 256 KiB file 400 times builds a
@@ -422,17 +429,22 @@ def test_f10_one_auto_run_read_files_call_grows_the_host_by_hundreds_of_mb(edito
             "",
             *call("c2", "run_terminal_command", {"command": "echo again"}).splitlines(),
             "",
-            *call("c3", "read_files", {"paths": ["big.txt"] * 400}).splitlines(),
+            *call("c3", "read_files", {"paths": ["big.txt"] * 64}).splitlines(),
+            "",
+            *call("c4", "read_files", {"paths": ["big.txt"] * 400}).splitlines(),
         ],
     )
     editor.run_tool(header_row(editor, "c2") + 1)
-    editor.wait_text("```result id=c3 status=", timeout=60)
+    # 64 files are read up to the call's total, the rest named as not read
+    text = editor.wait_text("```result id=c3 status=failed", timeout=60)
+    assert "[not read: this call already read" in text
+    # 400 is no call the schema takes: the chain stops at it, which its ✗ says
+    editor.wait_diag(header_row(editor, "c4"), "✗ read_files")
     grown = _peak_rss_mb(pid) - before
     assert grown < 100, f"the host's peak memory grew by {grown:.0f} MB for one call"
 
 
 # --------------------------------------------------------------------------- finding 12
-@pytest.mark.xfail(strict=True, reason="finding 12: a notice re-arms a stopped loop")
 def test_f12_after_stop_a_models_background_task_restarts_the_loop(editor):
     """DESIGN §10: :SidekickStop "disarms the loop". A model that first started an
     auto-approved background task (`tail -F --retry x`, async) is stopped by the
@@ -473,6 +485,8 @@ def test_f12_after_stop_a_models_background_task_restarts_the_loop(editor):
         editor.wait_text("Working on it.")
         editor.lua("require('sidekick_tools').stop()")
         editor.wait_text("```sidekick stopped")
-        time.sleep(8)  # the task times out at 4 s
+        # the task times out at 4 s: its notice is written, and nothing is sent
+        editor.wait_text("USER: [sidekick task", timeout=30)
+        editor.wait_text("```result id=call_bg status=failed")
         assert f"```result id={pwned_probe}" not in editor.text(), editor.text()
         assert len(fake.requests) == 2

@@ -375,3 +375,24 @@ def test_no_send_on_notice_when_turned_off(editor, fake, kind):
     marker.write_text("")
     editor.wait_text(f"USER: [sidekick task {token} completed]")
     assert len(fake.requests) == 1
+
+
+def test_a_reply_reusing_an_earlier_calls_id_runs_nothing(editor, fake, kind):
+    """A hostile model names its call like one the user denied before: neither
+    the old call nor the new one runs; the new one shows why."""
+    pwned = editor.workdir / "pwned"
+    fake.push(reply(tool_call("list_directory", {"path": "."}, id="c1")))
+    setup(editor, fake, kind)
+    params = {"command": f"touch {pwned}"}
+    editor.open_chat(
+        "USER: set up\n\nASSISTANT: Preparing.\n\n"
+        f"```tool run_terminal_command id=c1\n{json.dumps(params)}\n```\n"
+        "```result id=c1 status=denied reason=user\nNo.\n```\n\n"
+        "USER: now look around\n"
+    )
+    send(editor)
+    text_ = editor.wait_text("```tool list_directory id=c1")
+    row = text_.split("\n").index("```tool list_directory id=c1")
+    editor.wait_diag(row, "✗ list_directory: Duplicate id")
+    assert not pwned.exists()
+    assert text_.count("```result id=c1") == 1 and len(fake.requests) == 1

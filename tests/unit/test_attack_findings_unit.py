@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from sidekick_tools.config import DEFAULT_SAFE_COMMANDS
-from sidekick_tools.llm.sse import SSEDecoder
+from sidekick_tools.llm.errors import StreamError
+from sidekick_tools.llm.sse import MAX_LINE, SSEDecoder
 from sidekick_tools.secrets_mask import mask
 from sidekick_tools.tools import command_policy, command_table
 
@@ -62,7 +62,6 @@ def _run_approved(command: str, root: Path) -> str:
         ("packed-refs", "git status"),  # one line
     ],
 )
-@pytest.mark.xfail(strict=True, reason="finding 1: git files not checked by git_guard")
 def test_f1_git_directory_files_read_through_a_symlink(tmp_path, name, command):
     """git_guard checks a repository's config, objects, alternates and index, but
     git reads more from the git directory and quotes what it cannot parse:
@@ -94,13 +93,11 @@ def test_f1_git_directory_files_read_through_a_symlink(tmp_path, name, command):
         "-----END RSA PRIVATE KEY-----",
     ],
 )
-@pytest.mark.xfail(strict=True, reason="finding 8: a PEM key without its BEGIN line is not masked")
 def test_f8_a_private_key_without_its_begin_line_is_not_masked(text):
     assert "AAAAB" not in mask(text) and "secretsecret" not in mask(text), mask(text)
 
 
 # --------------------------------------------------------------------------- finding 11
-@pytest.mark.xfail(strict=True, reason="finding 11: the SSE decoder buffers a line without bound")
 def test_f11_an_event_stream_line_without_end_is_buffered_without_bound_and_quadratically():
     """A model server (hostile, or a proxy gone wrong) that sends one `data:` line
     and never ends it: SSEDecoder keeps every byte (no limit; only 120 s of
@@ -109,13 +106,8 @@ def test_f11_an_event_stream_line_without_end_is_buffered_without_bound_and_quad
     event loop, 8 MiB ~15 s (quadratic), and memory grows with the line."""
     decoder = SSEDecoder()
     chunk = b"x" * 16384
-    started = time.monotonic()
-    try:
-        decoder.feed(b"data: ")
+    decoder.feed(b"data: ")
+    with pytest.raises(StreamError, match="line longer than"):
         for _ in range((4 << 20) // len(chunk)):
             decoder.feed(chunk)
-        held = len(decoder._pending)
-    except Exception:  # refusing an over-long line is a fine answer
-        held = 0
-    spent = time.monotonic() - started
-    assert held <= 1 << 20 and spent < 1.0, f"holds {held} bytes, took {spent:.1f} s"
+            assert len(decoder._pending) <= MAX_LINE  # never holds more than the limit

@@ -130,6 +130,9 @@ def test_feed_returns_events_as_soon_as_their_blank_line_arrives():
     assert decoder.feed(b"data: a\n") == []
     assert decoder.feed(b"\n") == [SSEEvent("message", "a")]
     assert decoder.feed(b"") == []
-    # a CR at a chunk end waits: it may be half of CRLF
-    assert decoder.feed(b"data: b\r\n\r") == []
-    assert decoder.feed(b"\n") == [SSEEvent("message", "b")]
+    # a CR at a chunk end ends its line at once; a LF starting the next chunk
+    # is its other half (CRLF), not a second, blank line
+    assert decoder.feed(b"data: b\r\n\r") == [SSEEvent("message", "b")]
+    assert decoder.feed(b"\n") == []
+    assert decoder.feed(b"data: c\r") == []
+    assert decoder.feed(b"\n\n") == [SSEEvent("message", "c")]

@@ -42,9 +42,15 @@ _TOKENS = re.compile(
 # The line break after BEGIN is kept as it was written: a newline, or the two
 # characters of an escaped one in JSON text (so masked JSON stays JSON).
 _PEM = re.compile(
-    r"(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)(\r?\n|(?:\\r)?\\n)?"
+    r"(-{0,5}BEGIN [A-Z0-9 ]*PRIVATE KEY-----)(\r?\n|(?:\\r)?\\n)?"
     r"(?:.*?(-----END [A-Z0-9 ]*PRIVATE KEY-----)|.*\Z)",
     re.DOTALL,
+)
+
+# A key's body printed without its BEGIN line (`tail -n +2 key.pem`): the
+# base64 lines right before an END line.
+_PEM_TAIL = re.compile(
+    r"((?:[A-Za-z0-9+/=]{16,}(?:\r?\n|(?:\\r)?\\n))+)(-----END [A-Z0-9 ]*PRIVATE KEY-----)"
 )
 
 # key=value assignments whose value is a secret (DB_PASSWORD=, GITHUB_TOKEN= too);
@@ -74,6 +80,12 @@ def _pem_sub(match: re.Match[str]) -> str:
     )
 
 
+def _pem_tail_sub(match: re.Match[str]) -> str:
+    body = match.group(1)
+    sep = "\\n" if body.endswith("\\n") and not body.endswith("\n") else "\n"
+    return f"{REPLACEMENT}{sep}{match.group(2)}"
+
+
 def _assignment_sub(match: re.Match[str]) -> str:
     value = match.group(2)
     if value[:1] in "\"'":
@@ -94,6 +106,7 @@ def mask(text: str, literals: Iterable[str] = ()) -> str:
             text = text.replace(literal, REPLACEMENT)
     if "PRIVATE KEY-----" in text:
         text = _PEM.sub(_pem_sub, text)
+        text = _PEM_TAIL.sub(_pem_tail_sub, text)
     text = _TOKENS.sub(_token_sub, text)
     if "=" in text:
         text = _ASSIGNMENT.sub(_assignment_sub, text)

@@ -104,20 +104,33 @@ class CallChain:
             pending = [c for c in pending if c.call_id in wanted]
         if not pending:
             raise UserError("sidekick_tools: no pending tool call in the last assistant message")
-        chosen: list[str] = []
+        chosen: list[tuple[Tracked, int]] = []  # each call with its header's row
+        broken = []
         for call in pending:
-            tracked = await self.prepare(buf, call)
+            if call.error and call.error.startswith(STRUCTURAL):
+                broken.append(call)  # no block can be told apart from another
+                continue
+            tracked = await self.prepare(buf, call)  # an id added keeps the row
             if tracked is not None:
-                chosen.append(tracked.call_id)
-        self.spawn(self._run_ids(buf, chosen, cwd, gate))
-        return {"count": len(chosen), "ids": chosen}
+                chosen.append((tracked, call.start_row))
+        if not chosen:
+            problem = broken[0].error if broken else "they changed while starting"
+            raise UserError(f"sidekick_tools: no pending call can run: {problem}")
+        self.spawn(self._run_tracked(buf, chosen, cwd, gate))
+        return {"count": len(chosen), "ids": [t.call_id for t, _ in chosen]}
 
     async def run_call(self, buf: int, call_id: str, cwd: str) -> dict[str, Any]:
         """Run call `call_id` again (its result block is replaced); no chain."""
         mirror = await self.mirror(buf)
-        call = mirror.chat().call_by_id(call_id)
-        if call is None:
+        blocks = [c for c in mirror.chat().calls if c.call_id == call_id]
+        if not blocks:
             raise UserError(f"sidekick_tools: no call {call_id} in {mirror.name or buf}")
+        if len(blocks) > 1:
+            raise UserError(
+                f"sidekick_tools: {len(blocks)} calls have the id {call_id}; run the one you "
+                "mean with :SidekickRunTool on it"
+            )
+        call = blocks[0]
         self._refuse_live(buf, call)
         tracked = await self.prepare(buf, call)
         if tracked is None:
@@ -213,24 +226,29 @@ class CallChain:
             return waiting
         return await self.chain(tracked, cwd, explicit=False)
 
-    async def _run_ids(
-        self, buf: int, ids: list[str], cwd: str, gate: asyncio.Future[None] | None = None
+    async def _run_tracked(
+        self,
+        buf: int,
+        chosen: list[tuple[Tracked, int]],
+        cwd: str,
+        gate: asyncio.Future[None] | None = None,
     ) -> None:
         """Run the calls one after the other; their results are written as they
-        come, several at once when they come together. A call the policy
-        approves runs as it would unasked (checked again, hardened, under the
-        auto-run timeout); the others run as the user agreed to them."""
+        come, several at once when they come together. Each is the very block
+        prepared, at its row then (not looked up by id again: an earlier block
+        may carry the same id). A call the policy approves runs as it
+        would unasked (checked again, hardened, under the auto-run timeout);
+        the others run as the user agreed to them."""
         deliveries = []
         mirror = await self.mirror(buf)
         snapshot = mirror.chat()  # the calls as they were when the user asked
-        for call_id in ids:
-            tracked = self.registry.get(buf, call_id)
-            call = snapshot.call_by_id(call_id)
-            if tracked is None or call is None:
+        for tracked, row in chosen:
+            call = snapshot.call_at(row)
+            if call is None or call.start_row != row or call.call_id != tracked.call_id:
                 continue
             explicit = True
             if not call_problem(call):
-                ctx = self.context(cwd, mirror.name, call_id)
+                ctx = self.context(cwd, mirror.name, tracked.call_id)
                 answer = await self.ask_policy(call, ctx)
                 explicit = decide(call.tool, call.params or {}, ctx, answer) != "approve"
             result = await self.run_one(
@@ -250,7 +268,8 @@ class CallChain:
         a broken one, whose ✗ shows why)."""
         mirror = await self.mirror(previous.buf)
         chat = mirror.chat()
-        prev = chat.call_by_id(previous.call_id)
+        rows = await self.port.mark_rows(previous.buf, [previous.mark])
+        prev = locate(chat, previous.call_id, rows.get(previous.mark, -1))  # this very block
         if prev is None:
             return None, None
         message = chat.messages[prev.message_index]
@@ -371,7 +390,7 @@ class CallChain:
                 edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
             mark = self.registry.mark_for(buf, call_id)
             if await self.port.apply(buf, mirror.tick, edits, [(mark, row)]):
-                return self.registry.follow(buf, call_id, current.tool, mirror.name)
+                return self.registry.follow(buf, call_id, current.tool, mirror.name, mark)
             await asyncio.sleep(0.005)
         return None
 

@@ -54,6 +54,9 @@ class Session:
     mark: int | None = None  # the reply region's extmark (its ASSISTANT: line)
     notices: list[list[str]] = field(default_factory=list)  # waiting to be written
     sending: bool = False  # a send is being prepared (not streaming yet)
+    # :SidekickStop was the user's last word: nothing goes to the model by
+    # itself (not even a notice) until they send again
+    halted: bool = False
 
     @property
     def busy(self) -> bool:
@@ -90,6 +93,7 @@ class ChatLoop:
         session.cwd = cwd
         session.turns = 0
         session.armed = True
+        session.halted = False
         await self._deny_pending(buf)
         return await self._send(session)
 
@@ -97,9 +101,10 @@ class ChatLoop:
         """:SidekickStop: close the stream at once, keep what arrived, and disarm
         the loop. Tasks keep running; the chat stays valid."""
         session = self.sessions.get(buf)
-        if session is None or not (session.busy or session.armed):
+        if session is None:
             return {"stopped": False, "message": "sidekick_tools: nothing to stop in this chat"}
         session.armed = False
+        session.halted = True
         streaming = session.streaming is not None
         if session.streaming is not None:
             session.stopping = True
@@ -148,7 +153,7 @@ class ChatLoop:
         noticed = await self._flush_notices(session)
         chat_cfg = self._chat_cfg()
         want = (session.armed and chat_cfg.get("auto_send", True)) or (
-            noticed and chat_cfg.get("send_on_notice", True)
+            noticed and chat_cfg.get("send_on_notice", True) and not session.halted
         )
         if not want:
             return
@@ -276,36 +281,46 @@ class ChatLoop:
 
         renderer = ReplyRenderer()
         writer = _ReplyWriter(self.port, session, renderer)
+        secret = (key,) if key else ()
         error: str | None = None
         stopped = False
+        call_ids: list[str] = []
         try:
-            async for delta in self.client().stream(request, key, self._retry_notice(session)):
-                renderer.feed(delta)
-                writer.soon()
-        except asyncio.CancelledError:
-            stopped = True
-        except LLMError as exc:
-            error = exc.message
-        except Exception as exc:  # a bug must not lose the reply
-            log.exception("chat %d: the reply stream failed", session.buf)
-            error = f"internal error: {exc!r} (details in the host log)"
-        renderer.finish(stopped=stopped or error is not None)
-        note = []
-        if error is not None:
-            note = _note("error", mask(error))
-        elif stopped:
-            note = _note("stopped", "Stopped by the user; what arrived is above.")
-        elif renderer.reply.stop is not None and renderer.reply.stop.reason == STOP_MAX_TOKENS:
-            note = _note("max_tokens", "The reply reached chat.max_tokens and was cut there.")
-        await writer.final(note)
-        session.streaming = None
-        self._usage(session, renderer.reply.usage)
+            try:
+                async for delta in self.client().stream(
+                    request, key, self._retry_notice(session, secret)
+                ):
+                    renderer.feed(delta)
+                    writer.soon()
+            except asyncio.CancelledError:
+                stopped = True
+            except LLMError as exc:
+                error = exc.message
+            except Exception as exc:  # a bug must not lose the reply
+                log.error("chat %d: the reply stream failed (%s)", session.buf, type(exc).__name__)
+                error = f"internal error ({type(exc).__name__}; details in the host log)"
+            renderer.finish(stopped=stopped or error is not None)
+            note = []
+            if error is not None:
+                note = _note("error", mask(error, secret))
+            elif stopped:
+                note = _note("stopped", "Stopped by the user; what arrived is above.")
+            elif renderer.reply.stop is not None and renderer.reply.stop.reason == STOP_MAX_TOKENS:
+                note = _note("max_tokens", "The reply reached chat.max_tokens and was cut there.")
+            await writer.final(note)
+            self._usage(session, renderer.reply.usage)
+            call_ids = [c.call_id for c in renderer.reply.tool_calls]
+        except Exception:  # never leave the chat "streaming" for good
+            log.exception("chat %d: the end of a reply failed", session.buf)
+            error = error or "internal error at the end of the reply (details in the host log)"
+        finally:
+            session.streaming = None
         if error is not None:
             session.armed = False
-            self.port.notify_user(f"sidekick_tools: {mask(error)}", "error")
+            self.port.notify_user(f"sidekick_tools: {mask(error, secret)}", "error")
         elif stopped:
             session.armed = False
-        await self._after_reply(session, [c.call_id for c in renderer.reply.tool_calls])
+        await self._after_reply(session, call_ids)
 
     async def _after_reply(self, session: Session, call_ids: list[str]) -> None:
         """Run the reply's calls as the policy allows; the loop goes on from the
@@ -319,7 +334,11 @@ class ChatLoop:
         if not session.armed:  # stopped or failed: its calls wait for the user
             return
         mirror = await self.chain.mirror(session.buf)
-        first = mirror.chat().call_by_id(call_ids[0])
+        # the reply's own calls: those of the last assistant message (an id the
+        # model reused from an earlier call must not reach that call)
+        reply_message = mirror.chat().last_assistant()
+        waiting = [c for c in (reply_message.calls if reply_message else []) if c.pending]
+        first = waiting[0] if waiting else None
         if first is None:
             return
         stopped_at = await self.chain.run_unasked(session.buf, first, session.cwd)
@@ -347,10 +366,11 @@ class ChatLoop:
                 {"type": "usage", "buf": session.buf, "mark": session.mark, "text": " ".join(parts)}
             )
 
-    def _retry_notice(self, session: Session) -> Any:
+    def _retry_notice(self, session: Session, secret: tuple[str, ...]) -> Any:
         def on_retry(notice: Any) -> None:
             self.port.notify_user(
-                f"sidekick_tools: {mask(notice.reason)}; trying again in {notice.delay:.1f}s "
+                f"sidekick_tools: {mask(notice.reason, secret)}; trying again in "
+                f"{notice.delay:.1f}s "
                 f"({notice.attempt}/{notice.max_attempts})",
                 "warn",
             )

@@ -52,10 +52,8 @@ class CallRegistry:
         """The followed calls of `buf`, by call id."""
         return {cid: t for (b, cid), t in self.tracked.items() if b == buf}
 
-    def follow(self, buf: int, call_id: str, tool: str, chat: str) -> Tracked:
-        """Follow a call (again: it keeps its extmark)."""
-        old = self.tracked.get((buf, call_id))
-        mark = old.mark if old else next(self._marks)
+    def follow(self, buf: int, call_id: str, tool: str, chat: str, mark: int) -> Tracked:
+        """Follow a call, by the extmark `mark_for` gave it."""
         tracked = Tracked(buf=buf, mark=mark, call_id=call_id, tool=tool, chat=chat)
         self.tracked[(buf, call_id)] = tracked
         self._by_call[(chat, call_id)] = tracked

@@ -56,6 +56,7 @@ from .blocks import (
     Usage,
     UsageDelta,
 )
+from .parser import MAX_JSON_DEPTH, json_depth
 from .render import fence_for, new_call_id
 
 MARKER = "ASSISTANT:"
@@ -90,9 +91,11 @@ def parse_tool_input(raw: str) -> dict[str, Any] | None:
     """The call input streamed as ``raw``: ``{}`` when empty, ``None`` when not an object."""
     if not raw.strip():
         return {}
+    if json_depth(raw) > MAX_JSON_DEPTH:  # the decoder recurses once per level
+        return None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 

@@ -33,11 +33,23 @@ def _blen(text: str) -> int:
 
 
 def _common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    """Length of the longest common prefix, in C-speed slice comparisons: a
+    streamed line grows at its end, so this is usually one `startswith`, and a
+    long line costs log(n) comparisons, never a Python loop over it."""
+    if b.startswith(a):
+        return len(a)
+    if a.startswith(b):
+        return len(b)
+    lo, hi = 0, min(len(a), len(b))  # a[:lo] == b[:lo]; they differ before hi
+    while hi - lo > 16:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while lo < hi and a[lo] == b[lo]:
+        lo += 1
+    return lo
 
 
 def _first_difference(old: list[str], new: list[str], r: int) -> int:

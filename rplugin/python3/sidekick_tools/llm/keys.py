@@ -25,7 +25,21 @@ COMMAND_TIMEOUT = 10.0
 
 
 async def resolve_key(spec: str | None, *, timeout: float = COMMAND_TIMEOUT) -> str | None:
-    """The key ``spec`` names; ``None`` when there is none (local servers)."""
+    """The key ``spec`` names; ``None`` when there is none (local servers).
+
+    A key is printable ASCII: one that is not (a typographic dash pasted from a
+    document, say) is refused here, never sent, so no error further on quotes it."""
+    key = await _resolve(spec, timeout)
+    if key is not None and not (key.isascii() and key.isprintable()):
+        where = str(spec).split(":", 1)[0] if ":" in str(spec) else "the configuration"
+        raise KeyUnavailable(
+            f"The API key from {where} has characters no key has (not printable ASCII: "
+            "a typographic dash or a space pasted with it?): check it"
+        )
+    return key
+
+
+async def _resolve(spec: str | None, timeout: float) -> str | None:
     if spec is None or not str(spec).strip():
         return None
     spec = str(spec)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .errors import StreamError
+
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _BOM = b"\xef\xbb\xbf"
 
@@ -27,14 +29,25 @@ class SSEEvent:
     retry: int | None = None
 
 
+# A line or an event larger than this ends the stream (StreamError): a model's
+# deltas are small, and a server that never ends a line must not fill the host.
+MAX_LINE = 1 << 20
+MAX_EVENT = 16 << 20
+
+
 class SSEDecoder:
-    """Feed it bytes as they arrive; it returns the events completed by each chunk."""
+    """Feed it bytes as they arrive; it returns the events completed by each chunk.
+
+    Only the new chunk is searched for line ends: a long line costs its length
+    once, not once per chunk."""
 
     def __init__(self) -> None:
-        self._pending = b""  # bytes of an unfinished line
+        self._pending = bytearray()  # bytes of an unfinished line
+        self._cr = False  # the last chunk ended with CR: a LF starting the next is its pair
         self._started = False  # the BOM check has been done
         self._event = ""
         self._data: list[str] = []
+        self._data_size = 0
         self._has_data = False
         self._last_id: str | None = None
         self._retry: int | None = None
@@ -43,41 +56,52 @@ class SSEDecoder:
         """The events whose blank line is in ``chunk``."""
         if not chunk:
             return []
-        buf = self._pending + chunk if self._pending else chunk
         if not self._started:
+            buf = bytes(self._pending) + chunk
             if len(buf) < len(_BOM) and _BOM.startswith(buf):
-                self._pending = buf
+                self._pending = bytearray(buf)
                 return []
             self._started = True
-            if buf.startswith(_BOM):
-                buf = buf[len(_BOM) :]
+            self._pending = bytearray()
+            chunk = buf[len(_BOM) :] if buf.startswith(_BOM) else buf
         events: list[SSEEvent] = []
         pos = 0
-        end = len(buf)
+        if self._cr:
+            self._cr = False
+            if chunk[:1] == b"\n":
+                pos = 1
+        end = len(chunk)
         search = _LINE_END.search
-        while True:
-            m = search(buf, pos)
+        while pos < end:
+            m = search(chunk, pos)
             if m is None:
                 break
-            # A CR at the very end may be the first half of a CRLF: wait for more.
-            if m.end() == end and buf[m.start() : m.end()] == b"\r":
-                break
-            self._line(buf[pos : m.start()], events)
+            line = chunk[pos : m.start()]
+            if self._pending:
+                line = bytes(self._pending) + line
+                self._pending = bytearray()
+            self._line(line, events)
             pos = m.end()
-        self._pending = buf[pos:]
+            if pos == end and m.group() == b"\r":
+                self._cr = True
+        if pos < end:
+            if len(self._pending) + end - pos > MAX_LINE:
+                raise StreamError(
+                    f"The model server sent a line longer than {MAX_LINE >> 20} MiB", "malformed"
+                )
+            self._pending += chunk[pos:]
         return events
 
     def close(self) -> list[SSEEvent]:
-        """End of stream. A lone CR still pending ends its line; an event without
-        its blank line is discarded, as the standard says."""
-        events: list[SSEEvent] = []
-        if self._pending.endswith(b"\r"):
-            self._line(self._pending[:-1], events)
-        self._pending = b""
+        """End of stream. An unfinished line and an event without its blank line
+        are discarded, as the standard says."""
+        self._pending = bytearray()
+        self._cr = False
         self._event = ""
         self._data = []
+        self._data_size = 0
         self._has_data = False
-        return events
+        return []
 
     def _line(self, raw: bytes, events: list[SSEEvent]) -> None:
         if not raw:
@@ -90,6 +114,12 @@ class SSEDecoder:
         if colon and value[:1] == " ":
             value = value[1:]
         if name == "data":
+            self._data_size += len(value)
+            if self._data_size > MAX_EVENT:
+                raise StreamError(
+                    f"The model server sent an event larger than {MAX_EVENT >> 20} MiB",
+                    "malformed",
+                )
             self._data.append(value)
             self._has_data = True
         elif name == "event":
@@ -116,4 +146,5 @@ class SSEDecoder:
         )
         self._event = ""
         self._data = []
+        self._data_size = 0
         self._has_data = False

@@ -164,6 +164,8 @@ def _check_repository(dotgit: str, root: str) -> None:
         raise _Unsafe("the repository's objects live elsewhere")
     if os.path.lexists(os.path.join(common, "objects", "info", "alternates")):
         raise _Unsafe("the repository borrows objects from another one (alternates)")
+    for directory in sorted({gitdir, common}):
+        _check_git_files(directory)
     for config in sorted({os.path.join(common, "config"), os.path.join(gitdir, "config")}):
         if _exists(config):
             problem = config_problem(_read(config, 1 << 20), config)
@@ -174,6 +176,63 @@ def _check_repository(dotgit: str, root: str) -> None:
         problem = _index_file_problem(index)
         if problem:
             raise _Unsafe(f"{index}: {problem}")
+
+
+# Files and trees of a git directory that git reads besides config, index and
+# objects, and quotes when it cannot parse them ("bad graft data: <line>",
+# "unexpected line in .git/packed-refs: <line>"): each must be a regular file
+# of the repository's own, never a link to one elsewhere.
+_GIT_FILES = (
+    "HEAD",
+    "ORIG_HEAD",
+    "FETCH_HEAD",
+    "MERGE_HEAD",
+    "CHERRY_PICK_HEAD",
+    "REVERT_HEAD",
+    "BISECT_LOG",
+    "packed-refs",
+    "shallow",
+    "commondir",
+    "gitdir",
+    "description",
+)
+_GIT_TREES = ("info", "refs", "logs", "worktrees", os.path.join("objects", "info"))
+_TREE_LIMIT = 20000  # entries looked at; a larger tree is not checked: the user is asked
+
+
+def _check_git_files(gitdir: str) -> None:
+    if os.path.lexists(os.path.join(gitdir, "info", "grafts")):
+        raise _Unsafe("the repository has info/grafts (git quotes that file in its errors)")
+    for name in _GIT_FILES:
+        _regular(os.path.join(gitdir, name))
+    seen = 0
+    for tree in _GIT_TREES:
+        top = os.path.join(gitdir, tree)
+        if not os.path.lexists(top):
+            continue
+        if os.path.islink(top) or not os.path.isdir(top):
+            raise _Unsafe(f"{top} is not a directory of the repository's own")
+        for here, dirs, files in os.walk(top):  # links are not followed
+            seen += len(dirs) + len(files)
+            if seen > _TREE_LIMIT:
+                raise _Unsafe(f"{gitdir} holds too many refs and logs to check")
+            for name in dirs:
+                if os.path.islink(os.path.join(here, name)):
+                    raise _Unsafe(f"{os.path.join(here, name)} is a link")
+            for name in files:
+                _regular(os.path.join(here, name))
+
+
+def _regular(path: str) -> None:
+    """A file git may read: absent, or a regular file (no link, FIFO or device)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _Unsafe(f"cannot check {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _Unsafe(f"{path} is not a regular file (a link, FIFO or device)")
 
 
 _index_verdicts: dict[tuple[int, ...], str | None] = {}

@@ -13,6 +13,10 @@ from .base import ToolContext, ToolResult
 from .schema import validate
 
 MAX_FILE_BYTES = 256 * 1024
+# One call reads at most this many files and this much in all: the model controls
+# the list, and the host holds the answer in memory before it is written.
+MAX_FILES = 64
+MAX_TOTAL_BYTES = 2 * 1024 * 1024
 _SNIFF = 8192
 
 
@@ -26,7 +30,9 @@ class ReadFiles:
                 "type": "array",
                 "items": {"type": "string", "minLength": 1},
                 "minItems": 1,
-                "description": "Files to read, relative to the working directory.",
+                "maxItems": MAX_FILES,
+                "description": f"Files to read (at most {MAX_FILES}), relative to the "
+                "working directory.",
             },
         },
         "required": ["paths"],
@@ -50,8 +56,17 @@ class ReadFiles:
 def read_sections(paths: list[str], cwd: str) -> ToolResult:
     sections = []
     failed = 0
+    budget = MAX_TOTAL_BYTES
     for shown in paths:
-        ok, text = _read_one(shown, cwd)
+        if budget <= 0:
+            failed += 1
+            sections.append(
+                f"==> {shown} <==\n[not read: this call already read {MAX_TOTAL_BYTES} bytes; "
+                "read it in another call]"
+            )
+            continue
+        ok, text = _read_one(shown, cwd, min(MAX_FILE_BYTES, budget))
+        budget -= len(text.encode("utf-8", "replace"))
         failed += not ok
         sections.append(f"==> {shown} <==\n{text}")
     body = "\n\n".join(sections)
@@ -60,8 +75,9 @@ def read_sections(paths: list[str], cwd: str) -> ToolResult:
     return ToolResult.ok(body)
 
 
-def _read_one(shown: str, cwd: str) -> tuple[bool, str]:
-    """(ok, text) for one path; text is the content or a bracketed error."""
+def _read_one(shown: str, cwd: str, limit: int = MAX_FILE_BYTES) -> tuple[bool, str]:
+    """(ok, text) for one path, at most `limit` bytes of it; text is the content
+    or a bracketed error."""
     try:
         path = _fs.resolve(shown, cwd)
         # O_NONBLOCK: opening a FIFO must not hang; it is rejected just below.
@@ -72,7 +88,7 @@ def _read_one(shown: str, cwd: str) -> tuple[bool, str]:
                 return False, "[error: is a directory; use list_directory]"
             if not stat.S_ISREG(st.st_mode):
                 return False, "[error: not a regular file]"
-            data = f.read(MAX_FILE_BYTES)
+            data = f.read(limit)
     except _fs.PathError as e:
         return False, f"[error: {e}]"
     except IsADirectoryError:
