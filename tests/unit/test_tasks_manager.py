@@ -1,29 +1,26 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import subprocess
 import sys
 import time
 
 import pytest
-from sidekick_tools.tasks import runner
-from sidekick_tools.tasks.manager import (
-    TaskEvent,
-    TaskManager,
-    TaskNotFound,
-    TaskSpec,
-    _Active,
-    _due_for_poll,
-)
+from sidekick_tools.config import Retention, TasksConfig
+from sidekick_tools.tasks import groups, identity, process
+from sidekick_tools.tasks.manager import TaskEvent, TaskManager, TaskNotFound, TaskSpec
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
+from sidekick_tools.tasks.progress_poll import due_for_poll
 from sidekick_tools.tasks.store import MemoryStore, SqliteStore, TaskStore
+from sidekick_tools.tasks.tuning import EngineTuning
 
 from tests.conftest import until
 
 S = TaskStatus
 LINUX = sys.platform.startswith("linux")
-ME = runner.owner_token(os.getpid())  # a live owner: this test process
+ME = identity.owner_token(os.getpid())  # a live owner: this test process
 
 
 def read(path: str | None) -> str:
@@ -35,9 +32,9 @@ def read(path: str | None) -> str:
 
 
 def live_members(pgid: int) -> list[int]:
-    members = runner.group_members(pgid)
+    members = groups.group_members(pgid)
     if members is None:
-        return [pgid] if runner.group_alive(pgid) else []
+        return [pgid] if groups.group_alive(pgid) else []
     return members
 
 
@@ -46,16 +43,27 @@ def assert_reaped(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def reap_detached(manager: TaskManager) -> None:
+def reap(*tasks: Task) -> None:
     """A "killed" host's children are still this test process's children: reap them."""
-    for proc in manager._detached:  # noqa: SLF001
-        proc.popen.wait(timeout=10)
+    for task in tasks:
+        try:
+            os.waitpid(task.pid, 0)
+        except ChildProcessError:
+            pass
+
+
+TUNING = {f.name for f in dataclasses.fields(EngineTuning)}
 
 
 def make_manager(store: TaskStore, state_dir: str, owner: str = ME, **kw) -> TaskManager:
+    """`kw`: `tasks.*` options and engine knobs, each short enough for a test."""
     kw.setdefault("halt_grace", 0.5)
     kw.setdefault("poll_interval", 0.05)
-    return TaskManager(store, state_dir, owner, **kw)
+    kw.setdefault("adopted_poll_interval", 0.05)
+    tuning = EngineTuning(**{k: kw.pop(k) for k in list(kw) if k in TUNING})
+    if "retention" in kw:
+        kw["retention"] = Retention(*kw["retention"])
+    return TaskManager(store, state_dir, owner, TasksConfig(**kw), tuning=tuning)
 
 
 @pytest.fixture
@@ -179,7 +187,7 @@ async def test_finished_before_counting_a_large_unread_log(tasks_state, tmp_path
     assert upd.task.status is S.FAILED and upd.task.summary == "the end\ndetail"
     stored = m.get(t.id)
     assert stored.lines == 50005 and stored.progress_text == "ninety"
-    assert m._counting == {}  # noqa: SLF001
+    await until(lambda: t.id not in m.watched)  # its log is not followed any more
     await m.shutdown(kill=True)
 
 
@@ -193,7 +201,7 @@ async def test_finished_small_unread_log_is_exact_at_once(tasks_state, tmp_path)
     assert fin.task.lines == 1001 and fin.task.progress == 50
     assert fin.task.summary.endswith("1000\n[PROGRESS:50] half")
     # Exact at once: no count after "finished" was scheduled.
-    assert m._counting == {}  # noqa: SLF001
+    assert t.id not in m.watched
     assert not [e for e in events if e.kind == "updated"]
     await m.shutdown(kill=True)
 
@@ -217,19 +225,23 @@ async def test_exit_read_on_the_loop_only_for_small_logs(
     t = await m.submit(spec(f"seq 1 {count}", cwd=str(tmp_path)))
     done = await m.wait(t.id, 10)
     assert done.lines == count and done.summary.endswith(str(count))
-    assert ("_summarize_at_exit" in handed) is in_worker
+    assert ("summarize_at_exit" in handed) is in_worker
     await m.shutdown(kill=True)
 
 
 def test_live_poll_starts_one_interval_after_a_task_starts():
     """A task shorter than the poll interval is never read while it runs."""
+
+    @dataclasses.dataclass
+    class Watched:
+        watched_since: float
+        finishing: bool = False
+
     t0 = 1000.0
-    new = _Active(Task(id="aaaa"), None, None, watched_since=t0)  # type: ignore[arg-type]
-    old = _Active(Task(id="bbbb"), None, None, watched_since=t0 - 5)  # type: ignore[arg-type]
-    ending = _Active(Task(id="cccc"), None, None, watched_since=t0 - 5, finishing=True)  # type: ignore[arg-type]
-    acts = [new, old, ending]
-    assert _due_for_poll(acts, t0 + 0.5, 1.0) == [old]
-    assert _due_for_poll(acts, t0 + 1.0, 1.0) == [new, old]
+    new, old, ending = Watched(t0), Watched(t0 - 5), Watched(t0 - 5, finishing=True)
+    watched = [new, old, ending]
+    assert due_for_poll(watched, t0 + 0.5, 1.0) == [old]
+    assert due_for_poll(watched, t0 + 1.0, 1.0) == [new, old]
 
 
 @pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no getpriority")
@@ -238,7 +250,7 @@ async def test_tasks_run_nicer_than_the_host(tasks_state, tmp_path):
     if mine >= 19:
         pytest.skip("already at the lowest priority")
     m = make_manager(MemoryStore(), tasks_state)
-    assert m.nice == 10
+    assert m.config.nice == 10
     cmd = "echo $$ > inner.pid; while [ ! -f go ]; do sleep 0.02; done"
     t = await m.submit(spec(cmd, cwd=str(tmp_path)))
     await until(lambda: read(str(tmp_path / "inner.pid")).strip() != "")
@@ -249,7 +261,7 @@ async def test_tasks_run_nicer_than_the_host(tasks_state, tmp_path):
     (tmp_path / "go").write_text("")
     await m.wait(t.id, 10)
     # Settable later; 0 leaves new tasks at the host's priority.
-    m.nice = 0
+    m.configure(dataclasses.replace(m.config, nice=0))
     (tmp_path / "inner.pid").unlink()
     (tmp_path / "go").unlink()
     t = await m.submit(spec(cmd, cwd=str(tmp_path)))
@@ -265,8 +277,8 @@ def test_spawn_nice_failure_is_not_fatal(tmp_path, monkeypatch, caplog):
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(os, "setpriority", refuse)
-    caplog.set_level("INFO", logger=runner.__name__)
-    proc = runner.spawn("true", str(tmp_path / "log"), nice=5)
+    caplog.set_level("INFO", logger=process.__name__)
+    proc = process.spawn("true", str(tmp_path / "log"), nice=5)
     assert proc.popen.wait(timeout=10) == 0
     assert "cannot lower its priority" in caplog.text
 
@@ -442,7 +454,7 @@ async def test_restart_recovery(tasks_state, tmp_path):
     # Host "killed": A stops watching anything, no status gets written.
     await a.shutdown(kill=False)
     store_a.close()
-    await until(lambda: runner.read_exit(seven.log_dir) and runner.read_exit(zero.log_dir))
+    await until(lambda: process.read_exit(seven.log_dir) and process.read_exit(zero.log_dir))
     await until(lambda: "waiting" in read(slow.log_path))
 
     store_b = SqliteStore(db)
@@ -473,14 +485,14 @@ async def test_restart_recovery(tasks_state, tmp_path):
     finally:
         await b.shutdown(kill=True)
         store_b.close()
-        reap_detached(a)
+        reap(seven, zero, slow)
 
 
 async def test_recovery_never_trusts_a_bare_pid(tasks_state, tmp_path):
     store = SqliteStore(os.path.join(tasks_state, "tasks.db"))
     stranger = subprocess.Popen(["sleep", "1000"])
     try:
-        real = runner.start_token(stranger.pid)
+        real = identity.start_token(stranger.pid)
         reused = store.insert(
             Task(
                 tool="x",
@@ -562,7 +574,7 @@ async def test_recovery_applies_remaining_timeout(tasks_state, tmp_path):
         assert live_members(t.pid) == []
     finally:
         await b.shutdown(kill=True)
-        reap_detached(a)
+        reap(t)
         store.close()
 
 

@@ -16,10 +16,10 @@ from . import __version__
 from .calls import CallRunner, UserError
 from .config import Config
 from .nvim_port import NvimPort
-from .statedir import log_to_file, prepare_state_dir
+from .statedir import StateDir, log_to_file, open_state_dir
+from .tasks.identity import owner_token
 from .tasks.manager import TaskManager
-from .tasks.runner import owner_token
-from .tasks.store import MemoryStore, SqliteStore, StoreError
+from .tasks.store import MemoryStore, StoreError, TaskStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class Host:
         handler = self._handler(name)
         try:
             return handler(*args)
-        except UserError as exc:
+        except (UserError, StoreError) as exc:  # StoreError: the database is locked
             raise _error_response(str(exc)) from None
         except TypeError as exc:
             log.exception("bad arguments for %s", name)
@@ -87,33 +87,39 @@ class Host:
 
     def _init(self, config: Config, info: dict[str, Any] | None) -> Any:
         self.config = config
-        prepare_state_dir(config.state_dir)
-        log_to_file(os.path.join(config.state_dir, "host.log"))
+        state = open_state_dir(config.state_dir)
+        log_to_file(os.path.join(state.path, "host.log"))
         nvim_pid = int((info or {}).get("nvim_pid") or os.getppid())
         self.owner = owner_token(nvim_pid)
-        store = self._open_store(config)
-        self.tasks = TaskManager(store, config.state_dir, self.owner, **_task_settings(config))
+        store = self._open_store(config, state)
+        self.tasks = TaskManager(
+            store, state.path, self.owner, config.tasks, on_store_fallback=self._store_failed
+        )
         self.port.block_on(self.tasks.recover())
         self.calls = CallRunner(self.port, self.tasks, config)
         log.info("host %s started for %s (store %s)", __version__, self.owner, self.store_kind)
         return self._info()
 
-    def _open_store(self, config: Config) -> Any:
+    def _open_store(self, config: Config, state: StateDir) -> TaskStore:
+        """The configured store; memory, with one message, when it cannot be used."""
+        self.store_kind = "sqlite"
         if config.tasks.store == "memory":
             self.store_kind = "memory"
             return MemoryStore()
-        path = os.path.join(config.state_dir, "tasks.db")
-        try:
-            store = SqliteStore(path)
-        except StoreError as exc:
-            log.error("task store unusable: %s", exc)
-            self.port.notify_user(
-                f"sidekick_tools: {exc}\nTasks are kept in memory for this session.", "error"
-            )
-            self.store_kind = "memory (fallback)"
+        if state.problem is not None:
+            self._store_failed(state.explain())
             return MemoryStore()
-        self.store_kind = "sqlite"
+        store, problem = open_store("sqlite", os.path.join(state.path, "tasks.db"))
+        if problem is not None:
+            self._store_failed(
+                f"sidekick_tools: {problem}\nTasks are kept in memory for this session."
+            )
         return store
+
+    def _store_failed(self, message: str) -> None:
+        log.error("task store unusable: %s", message)
+        self.store_kind = "memory (fallback)"
+        self.port.notify_user(message, "error")
 
     def _reconfigure(self, config: Config) -> None:
         """`setup()` called again (a lazy.nvim reload): every option reaches
@@ -128,7 +134,7 @@ class Host:
             config.state_dir = self.config.state_dir
         self.config = config
         self.calls.config = config
-        self.tasks.configure(**_task_settings(config))
+        self.tasks.configure(config.tasks)
 
     def rpc_settings(self) -> Any:
         """The configuration the host works with, and the task engine's settings
@@ -312,17 +318,6 @@ class Host:
 
 def _status(task: Any) -> str:
     return str(getattr(task.status, "value", task.status))
-
-
-def _task_settings(config: Config) -> dict[str, Any]:
-    t = config.tasks
-    return {
-        "max_concurrent": t.max_concurrent,
-        "default_timeout": t.default_timeout,
-        "halt_grace": t.halt_grace,
-        "retention": (t.retention.completed, t.retention.failed),
-        "nice": int(t.nice),
-    }
 
 
 def _list(value: Any) -> list[Any]:
