@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Callable
+
+import pytest
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02) -> Any:
@@ -27,3 +32,30 @@ async def until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
         if loop.time() > deadline:
             raise AssertionError("condition not met before the deadline")
         await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """`tmpfs(name, size="2m", read_only=False)` mounts a small tmpfs under
+    tmp_path (a full disk, a read-only state dir); skips where mounting is not
+    allowed (not root). Unmounted (lazily) at the end."""
+    mounted: list[Path] = []
+
+    def mount(name: str, size: str = "2m", read_only: bool = False) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        options = f"size={size},mode=0700" + (",ro" if read_only else "")
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)

@@ -595,3 +595,117 @@ async def test_purge_removes_rows_and_logs(tasks_state, tmp_path):
     finally:
         await m.shutdown(kill=True)
         store.close()
+
+
+# --------------------------------------------------------------------------- limits and faults
+
+
+def log_bytes(task: Task) -> int:
+    return sum(os.path.getsize(p) for p in (task.log_path, task.stderr_path) if os.path.exists(p))
+
+
+async def test_a_task_whose_logs_pass_max_log_bytes_is_stopped(tasks_state, tmp_path):
+    m = make_manager(MemoryStore(), tasks_state, max_log_bytes=256 * 1024)
+    try:
+        t = await m.submit(spec("echo start; yes", cwd=str(tmp_path)))
+        t = await m.wait(t.id, 30)
+        assert t.status is S.FAILED and t.reason == Reason.LOG_LIMIT
+        assert "max_log_bytes (262144 bytes)" in t.error
+        assert log_bytes(t) >= 256 * 1024
+        assert live_members(t.pid) == []
+        quiet = await m.submit(spec("echo small", cwd=str(tmp_path)))
+        assert (await m.wait(quiet.id, 10)).status is S.COMPLETED  # a task under it is left alone
+    finally:
+        await m.shutdown(kill=True)
+
+
+async def test_a_flood_that_ignores_sigterm_is_killed_by_the_log_limit(tasks_state, tmp_path):
+    """The halt grace is long, so only the log watch's SIGKILL can end it in time."""
+    m = make_manager(MemoryStore(), tasks_state, max_log_bytes=64 * 1024, halt_grace=600)
+    try:
+        t = await m.submit(spec("trap '' TERM; yes", cwd=str(tmp_path)))
+        t = await m.wait(t.id, 30)
+        assert t.status is S.FAILED and t.reason == Reason.LOG_LIMIT and t.exit_code == 137
+        assert live_members(t.pid) == []
+    finally:
+        await m.shutdown(kill=True)
+
+
+async def test_a_hostile_filter_is_stopped_and_never_blocks_the_loop(tasks_state, tmp_path):
+    m = make_manager(MemoryStore(), tasks_state, filter_time_limit=0.5)
+    try:
+        t = await m.submit(
+            spec("echo aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab; echo ok", str(tmp_path))
+        )
+        t = await m.wait(t.id, 10)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticking = asyncio.ensure_future(ticker())
+        with pytest.raises(ValueError, match="filter took too long"):
+            await m.read_output(t.id, "chat", filter="^(a+)+$")
+        ticking.cancel()
+        assert ticks > 5  # the loop went on while the regex ran elsewhere
+        r = await m.read_output(t.id, "chat", filter="^o")
+        assert r.matches == ["ok"] and r.next_offset == 0
+    finally:
+        await m.shutdown(kill=True)
+
+
+async def test_a_malformed_token_never_reaches_a_path(tasks_manager, tmp_path):
+    for bad in ("../../etc", "", "ABCDEF", "abc12/", "abc1234"):
+        assert tasks_manager.get(bad) is None
+        assert not tasks_manager.mark_read(bad) and not tasks_manager.mark_delivered(bad)
+        with pytest.raises(TaskNotFound):
+            await tasks_manager.read_output(bad, "chat")
+        with pytest.raises(TaskNotFound):
+            await tasks_manager.halt(bad)
+        with pytest.raises(TaskNotFound):
+            await tasks_manager.wait(bad, 0)
+        with pytest.raises(ValueError):
+            tasks_manager.log_dir_for(bad)
+
+
+async def test_find_by_call_and_delivered_through_the_manager(tasks_manager, tmp_path):
+    t = await tasks_manager.submit(spec("echo hi", cwd=str(tmp_path), chat="/c.md", call_id="c9"))
+    assert tasks_manager.find_by_call("/c.md", "c9").id == t.id
+    assert tasks_manager.find_by_call("/c.md", "c8") is None
+    await tasks_manager.wait(t.id, 10)
+    assert not tasks_manager.get(t.id).delivered
+    assert tasks_manager.mark_delivered(t.id)
+    assert tasks_manager.get(t.id).delivered
+
+
+async def test_a_full_disk_ends_the_task_with_its_status_recorded(tasks_state, tmp_path, tmpfs):
+    """The log fills a small disk: the command fails on its write, the wrapper
+    cannot write its exit record, and the database stops taking writes; the
+    host still knows how its child ended and says so."""
+    state = str(tmpfs("state", size="2m"))
+    told: list[str] = []
+    m = TaskManager(
+        SqliteStore(os.path.join(state, "tasks.db")),
+        state,
+        ME,
+        TasksConfig(max_log_bytes=0, halt_grace=0.5),
+        tuning=EngineTuning(poll_interval=0.05),
+        on_store_fallback=told.append,
+    )
+    try:
+        t = await m.submit(spec("cat /dev/zero", cwd=str(tmp_path)))
+        t = await m.wait(t.id, 30)
+        assert t.status is S.FAILED and t.exit_code == 1 and t.reason == Reason.EXIT
+        assert "could not record its exit" in t.error  # no room for the exit record
+        assert m.get(t.id).status is S.FAILED  # never left running in the host's view
+        # the database could not take the final write either: memory, said once
+        assert len(told) == 1 and "disk is full" in told[0] and "memory" in told[0]
+        assert isinstance(m.store.backend, MemoryStore)
+        later = await m.submit(spec("echo still works", cwd=str(tmp_path)))
+        assert (await m.wait(later.id, 10)).status in (S.COMPLETED, S.FAILED)
+        assert len(told) == 1
+    finally:
+        await m.shutdown(kill=True)

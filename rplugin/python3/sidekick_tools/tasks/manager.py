@@ -25,15 +25,15 @@ from typing import Any
 
 from ..config import TasksConfig
 from . import recovery
-from .groups import KILL_WAIT, terminate_group
-from .identity import is_alive
+from .groups import KILL_WAIT
 from .log_limit import LogLimitWatch
-from .model import ACTIVE, Reason, Task, TaskStatus, is_token, transition
+from .model import ACTIVE, Reason, Task, TaskStatus, is_token
 from .output import FilterPattern, compile_filter, read_new
 from .output_filter import matching_lines, region_lines
 from .process import TaskProcess
 from .progress_poll import ProgressPoll
 from .queue import TaskQueue
+from .remote_halt import halt_unwatched
 from .retention import Retention
 from .store import BufferedStore, StatusFilter, StoreError, TaskQuery, TaskStore
 from .supervisor import Supervisor
@@ -379,21 +379,9 @@ class TaskManager:
             raise TaskNotFound(token)
         if task.terminal:
             return task
-        return await self._halt_elsewhere(task, reason)
-
-    async def _halt_elsewhere(self, task: Task, reason: str) -> Task:
-        """Halt a task this host does not supervise (another instance's, or stale)."""
-        expect = {"status": task.status.value}
-        failed = reason in Reason.FAILING_STOPS
-        was_running = task.status is TaskStatus.RUNNING
-        transition(task, TaskStatus.FAILED if failed else TaskStatus.CANCELLED, reason=reason)
-        if not self.store.update(task, ("status", "reason", "ended_at"), expect=expect):
-            return self.get(task.id) or task
-        if was_running and is_alive(task.pid, task.pid_start):
-            assert task.pid is not None
-            await terminate_group(task.pid, float(self.config.halt_grace))
-        self.emit("finished", task)
-        return self.get(task.id) or task
+        if await halt_unwatched(self.store, task, reason, float(self.config.halt_grace)):
+            self.emit("finished", task)
+        return self.get(token) or task
 
     # -- output ---------------------------------------------------------------------------------
 
