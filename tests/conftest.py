@@ -59,3 +59,22 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     yield mount
     for path in reversed(mounted):
         subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+
+
+def read_text(path: str | None) -> str:
+    """The file's text; "" when it is not there (yet)."""
+    try:
+        with open(path or "") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def live_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group (Linux; elsewhere its leader)."""
+    from sidekick_tools.tasks import groups
+
+    members = groups.group_members(pgid)
+    if members is None:
+        return [pgid] if groups.group_alive(pgid) else []
+    return members

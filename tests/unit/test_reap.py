@@ -9,31 +9,17 @@ import time
 import pytest
 from sidekick_tools import reap
 from sidekick_tools.config import TasksConfig
-from sidekick_tools.tasks import groups, process
+from sidekick_tools.tasks import process
 from sidekick_tools.tasks.manager import TaskManager, TaskSpec
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
 from sidekick_tools.tasks.remote_halt import HOST_GONE
 from sidekick_tools.tasks.store import SqliteStore, TaskQuery
 
-from tests.conftest import until
+from tests.conftest import live_members, until
+from tests.conftest import read_text as read
 
 S = TaskStatus
 DEAD_NEOVIM = "999999999:gone"  # the owner whose host died
-
-
-def read(path: str | None) -> str:
-    try:
-        with open(path or "") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
-
-
-def live_members(pgid: int) -> list[int]:
-    members = groups.group_members(pgid)
-    if members is None:
-        return [pgid] if groups.group_alive(pgid) else []
-    return members
 
 
 def spec(command: str, cwd: str) -> TaskSpec:

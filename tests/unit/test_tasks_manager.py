@@ -9,33 +9,19 @@ import time
 
 import pytest
 from sidekick_tools.config import Retention, TasksConfig
-from sidekick_tools.tasks import groups, identity, process
+from sidekick_tools.tasks import identity, process
 from sidekick_tools.tasks.manager import TaskEvent, TaskManager, TaskNotFound, TaskSpec
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
 from sidekick_tools.tasks.progress_poll import due_for_poll
 from sidekick_tools.tasks.store import MemoryStore, SqliteStore, TaskStore
 from sidekick_tools.tasks.tuning import EngineTuning
 
-from tests.conftest import until
+from tests.conftest import live_members, until
+from tests.conftest import read_text as read
 
 S = TaskStatus
 LINUX = sys.platform.startswith("linux")
 ME = identity.owner_token(os.getpid())  # a live owner: this test process
-
-
-def read(path: str | None) -> str:
-    try:
-        with open(path or "") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
-
-
-def live_members(pgid: int) -> list[int]:
-    members = groups.group_members(pgid)
-    if members is None:
-        return [pgid] if groups.group_alive(pgid) else []
-    return members
 
 
 def assert_reaped(pid: int) -> None:
@@ -446,14 +432,16 @@ async def test_restart_recovery(tasks_state, tmp_path):
     store_a = SqliteStore(db)
     a = make_manager(store_a, tasks_state, owner=owner)
     await a.recover()
-    seven = await a.submit(spec("echo seven; exit 7", cwd=str(tmp_path)))
-    zero = await a.submit(spec("echo fine", cwd=str(tmp_path)))
+    gated = "while [ ! -f ended ]; do sleep 0.02; done; "  # they end once A is gone
+    seven = await a.submit(spec(gated + "echo seven; exit 7", cwd=str(tmp_path)))
+    zero = await a.submit(spec(gated + "echo fine", cwd=str(tmp_path)))
     cmd = "echo waiting; while [ ! -f go ]; do sleep 0.02; done; echo '[RESULT] resumed'; exit 5"
     slow = await a.submit(spec(cmd, cwd=str(tmp_path), timeout=60))
     queued = store_a.insert(Task(tool="x", command="true", owner=owner, created_at=time.time()))
     # Host "killed": A stops watching anything, no status gets written.
     await a.shutdown(kill=False)
     store_a.close()
+    (tmp_path / "ended").write_text("")
     await until(lambda: process.read_exit(seven.log_dir) and process.read_exit(zero.log_dir))
     await until(lambda: "waiting" in read(slow.log_path))
 
@@ -612,7 +600,7 @@ async def test_a_task_whose_logs_pass_max_log_bytes_is_stopped(tasks_state, tmp_
         assert t.status is S.FAILED and t.reason == Reason.LOG_LIMIT
         assert "max_log_bytes (262144 bytes)" in t.error
         assert log_bytes(t) >= 256 * 1024
-        assert live_members(t.pid) == []
+        await until(lambda: live_members(t.pid) == [])
         quiet = await m.submit(spec("echo small", cwd=str(tmp_path)))
         assert (await m.wait(quiet.id, 10)).status is S.COMPLETED  # a task under it is left alone
     finally:
@@ -626,7 +614,7 @@ async def test_a_flood_that_ignores_sigterm_is_killed_by_the_log_limit(tasks_sta
         t = await m.submit(spec("trap '' TERM; yes", cwd=str(tmp_path)))
         t = await m.wait(t.id, 30)
         assert t.status is S.FAILED and t.reason == Reason.LOG_LIMIT and t.exit_code == 137
-        assert live_members(t.pid) == []
+        await until(lambda: live_members(t.pid) == [])
     finally:
         await m.shutdown(kill=True)
 

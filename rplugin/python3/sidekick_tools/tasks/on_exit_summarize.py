@@ -15,8 +15,9 @@ import os
 from dataclasses import dataclass
 
 from ..text import decode
+from .log_follower import LogFollower, summarize_file, summarize_tail
 from .model import Task, TaskStatus
-from .output import LogFollower, summarize_file, summarize_tail, summary_of, tail_bytes
+from .output import summary_of, tail_bytes
 from .tuning import EngineTuning
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
+from .log_follower import LogFollower
 from .model import TaskStatus
-from .output import LogFollower
 
 if TYPE_CHECKING:
     from .supervisor import Engine, Supervisor

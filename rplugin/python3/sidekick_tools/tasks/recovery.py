@@ -16,20 +16,20 @@ import os
 from typing import TYPE_CHECKING
 
 from .identity import is_alive, owner_alive
+from .log_follower import LogFollower
 from .model import ACTIVE, Reason, Task, TaskStatus, transition
 from .on_exit_summarize import combine_summary, scan_for_summary, take_counts
-from .output import LogFollower
 from .process import AdoptedProcess, Outcome, read_exit
 from .store import StoreError, TaskQuery
 from .supervisor import FINAL_FIELDS, settle
 
 if TYPE_CHECKING:
-    from .manager import TaskManager
+    from .engine import TaskEngine
 
 log = logging.getLogger(__name__)
 
 
-async def recover(engine: TaskManager) -> None:
+async def recover(engine: TaskEngine) -> None:
     try:
         unfinished = engine.store.list(TaskQuery.of(ACTIVE), limit=None)
     except StoreError:
@@ -50,7 +50,7 @@ async def recover(engine: TaskManager) -> None:
             log.exception("task %s: recovery failed", task.id)
 
 
-async def _recover_one(engine: TaskManager, task: Task) -> None:
+async def _recover_one(engine: TaskEngine, task: Task) -> None:
     expect = {"status": task.status.value, "owner": task.owner}
     if task.status is TaskStatus.QUEUED:
         transition(task, TaskStatus.FAILED, reason=Reason.HOST_RESTARTED)

@@ -14,7 +14,7 @@ from .model import is_token
 from .store import StoreError, retention_pair
 
 if TYPE_CHECKING:
-    from .manager import TaskManager
+    from .engine import TaskEngine
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ def _remove_dirs(dirs: list[str]) -> None:
 
 
 class Retention:
-    def __init__(self, engine: TaskManager) -> None:
+    def __init__(self, engine: TaskEngine) -> None:
         self.engine = engine
         self._timer: asyncio.TimerHandle | None = None
 

@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 from ..config import TasksConfig
 from .groups import group_alive, terminate_group
+from .log_follower import LogFollower
 from .model import Reason, Task, TaskStatus, keep_their_verdict, transition
 from .on_exit_summarize import combine_summary, count_rest, summarize, take_counts
-from .output import LogFollower
 from .process import Outcome, SpawnError, TaskProcess, spawn
 from .queue import TaskQueue
 from .store import BufferedStore

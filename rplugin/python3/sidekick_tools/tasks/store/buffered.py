@@ -26,109 +26,29 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from ..model import Task, keep_their_verdict
 from . import base
-from .base import Expect, Fields, TaskStore, assign, check_fields
+from .base import Expect, Fields, TaskStore, assign
 from .errors import DuplicateToken, StoreBusy, StoreError
 from .memory import MemoryStore
+from .pending import (
+    READS,
+    RETRY_FIRST,
+    Circuit,
+    Flag,
+    Insert,
+    Offset,
+    Update,
+    Write,
+    copy_into_memory,
+)
 from .query import TaskQuery
 
 log = logging.getLogger(__name__)
-
-RETRY_FIRST = 0.1  # seconds before the first retry of a queued write; doubles each time
-RETRY_MAX = 2.0
-
-
-@dataclass
-class _Insert:
-    task: Task
-
-    @property
-    def token(self) -> str:
-        return self.task.id
-
-    def apply(self, store: TaskStore) -> bool:
-        store.insert(self.task)
-        return True
-
-    def overlay(self, task: Task) -> None:
-        pass
-
-
-@dataclass
-class _Update:
-    task: Task  # a snapshot of the values to write
-    fields: list[str]
-    expect: Mapping[str, Any] | None
-
-    @property
-    def token(self) -> str:
-        return self.task.id
-
-    def apply(self, store: TaskStore) -> bool:
-        return store.update(self.task, self.fields, expect=self.expect)
-
-    def overlay(self, task: Task) -> None:
-        assign(task, self.task, check_fields(self.fields))
-
-
-@dataclass
-class _Flag:
-    token: str
-    name: str  # "result_read" | "delivered"
-
-    def apply(self, store: TaskStore) -> bool:
-        if self.name == "result_read":
-            return store.mark_read(self.token) or True
-        return store.mark_delivered(self.token) or True
-
-    def overlay(self, task: Task) -> None:
-        setattr(task, self.name, True)
-
-
-@dataclass
-class _Offset:
-    token: str
-    key: str
-    offset: int
-
-    def apply(self, store: TaskStore) -> bool:
-        store.set_read_offset(self.token, self.key, self.offset)
-        return True
-
-    def overlay(self, task: Task) -> None:
-        task.read_offsets[self.key] = self.offset
-
-
-_Write = Union[_Insert, _Update, _Flag, _Offset]
-_READS = frozenset({"get", "find_by_call", "list", "count", "get_read_offset"})
-
-
-@dataclass
-class _Circuit:
-    """While open, the database is not asked: it was busy a moment ago."""
-
-    until: float = 0.0
-    delay: float = RETRY_FIRST
-    first: float = RETRY_FIRST
-    longest: float = RETRY_MAX
-    message: str = ""
-
-    @property
-    def open(self) -> bool:
-        return time.monotonic() < self.until
-
-    def trip(self, message: str) -> None:
-        self.until = time.monotonic() + self.delay
-        self.delay = min(self.delay * 2, self.longest)
-        self.message = message
-
-    def reset(self) -> None:
-        self.until, self.delay = 0.0, self.first
 
 
 @dataclass
@@ -138,18 +58,18 @@ class BufferedStore:
     on_conflict: Callable[[Task], None] | None = None
     retry_first: float = RETRY_FIRST
     fallback_reason: str | None = None
-    _pending: deque[_Write] = field(default_factory=deque)
+    _pending: deque[Write] = field(default_factory=deque)
     _held: dict[str, Task] = field(default_factory=dict)
     _tracked: set[str] = field(default_factory=set)
-    _reads: _Circuit = field(default_factory=_Circuit)
-    _writes: _Circuit = field(default_factory=_Circuit)
+    _reads: Circuit = field(default_factory=Circuit)
+    _writes: Circuit = field(default_factory=Circuit)
     _retry: asyncio.TimerHandle | None = None
 
     def __post_init__(self) -> None:
         # Reading is not writing: in WAL mode another program's write lock
         # still lets us read, so each has its own circuit.
-        self._reads = _Circuit(delay=self.retry_first, first=self.retry_first)
-        self._writes = _Circuit(delay=self.retry_first, first=self.retry_first)
+        self._reads = Circuit(delay=self.retry_first, first=self.retry_first)
+        self._writes = Circuit(delay=self.retry_first, first=self.retry_first)
 
     # -- what the host holds --------------------------------------------------------
 
@@ -168,7 +88,7 @@ class BufferedStore:
     def pending_writes(self) -> int:
         return len(self._pending)
 
-    def _writes_for(self, token: str) -> list[_Write]:
+    def _writes_for(self, token: str) -> list[Write]:
         return [w for w in self._pending if w.token == token]
 
     def _view(self, token: str, base: Task) -> Task:
@@ -181,7 +101,7 @@ class BufferedStore:
     def _ask(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call the backend: busy opens the method's circuit (and raises); a
         broken database is replaced by memory and the call made there."""
-        circuit = self._reads if method in _READS else self._writes
+        circuit = self._reads if method in READS else self._writes
         if circuit.open:
             raise StoreBusy(circuit.message)
         try:
@@ -252,7 +172,7 @@ class BufferedStore:
 
     def get_read_offset(self, token: str, chat: str) -> int:
         for write in reversed(self._writes_for(token)):
-            if isinstance(write, _Offset) and write.key == chat:
+            if isinstance(write, Offset) and write.key == chat:
                 return write.offset
         held = self._held.get(token)
         try:
@@ -274,7 +194,7 @@ class BufferedStore:
         task = task.copy()
         base.allocate_token(task, self._held.__contains__, reserve)
         self._held[task.id] = task.copy()
-        self._defer(_Insert(task.copy()))
+        self._defer(Insert(task.copy()))
         return task
 
     def insert_many(self, tasks: Iterable[Task]) -> None:
@@ -300,10 +220,10 @@ class BufferedStore:
         if not base.expected(held, expect):
             return False
         assign(held, task, names)
-        self._defer(_Update(task.copy(), wanted, dict(expect) if expect else None))
+        self._defer(Update(task.copy(), wanted, dict(expect) if expect else None))
         return True
 
-    def _set(self, write: _Flag | _Offset, method: str, *args: Any) -> bool:
+    def _set(self, write: Flag | Offset, method: str, *args: Any) -> bool:
         """A write that checks nothing (a flag, a read offset): queued when busy."""
         if not self._writes_for(write.token):
             try:
@@ -322,13 +242,13 @@ class BufferedStore:
         return True
 
     def mark_read(self, token: str) -> bool:
-        return self._set(_Flag(token, "result_read"), "mark_read", token)
+        return self._set(Flag(token, "result_read"), "mark_read", token)
 
     def mark_delivered(self, token: str) -> bool:
-        return self._set(_Flag(token, "delivered"), "mark_delivered", token)
+        return self._set(Flag(token, "delivered"), "mark_delivered", token)
 
     def set_read_offset(self, token: str, chat: str, offset: int) -> None:
-        self._set(_Offset(token, chat, int(offset)), "set_read_offset", token, chat, offset)
+        self._set(Offset(token, chat, int(offset)), "set_read_offset", token, chat, offset)
 
     def delete(self, token: str) -> bool:
         return bool(self._ask("delete", token))
@@ -346,7 +266,7 @@ class BufferedStore:
 
     # -- the queue ----------------------------------------------------------------------
 
-    def _defer(self, write: _Write) -> None:
+    def _defer(self, write: Write) -> None:
         self._pending.append(write)
         self._schedule_flush()
 
@@ -385,14 +305,14 @@ class BufferedStore:
                 self._fall_back(exc)
                 return True
             self._pending.popleft()
-            if not applied and isinstance(write, _Update):
+            if not applied and isinstance(write, Update):
                 self._settle_conflict(write)
         self._writes.reset()
         for token in [t for t in self._held if t not in self._tracked]:
             self._held.pop(token)
         return True
 
-    def _settle_conflict(self, write: _Update) -> None:
+    def _settle_conflict(self, write: Update) -> None:
         """A queued compare-and-set found the row changed: its stored verdict wins."""
         try:
             theirs = self.backend.get(write.token)
@@ -415,18 +335,8 @@ class BufferedStore:
         old = self.backend
         if isinstance(old, MemoryStore):
             raise exc
-        try:
-            known = {t.id: t for t in reversed(old.list(TaskQuery(), limit=None))}
-        except StoreError:
-            known = {}
-        known.update((token, task.copy()) for token, task in self._held.items())
-        memory = MemoryStore()
-        memory.insert_many(known.values())
-        for write in self._pending:
-            if not isinstance(write, _Insert) and write.token not in self._held:
-                write.apply(memory)
+        self.backend = copy_into_memory(old, self._held, self._pending)
         self._pending.clear()
-        self.backend = memory
         self._reads.reset()
         self._writes.reset()
         self.fallback_reason = str(exc)
