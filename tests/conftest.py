@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -10,6 +12,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+
+# Hosts and MCP servers the tests start read engine knobs from here: a progress
+# tick and an adopted-task poll short enough that no test waits out a second.
+os.environ.setdefault(
+    "SIDEKICK_TOOLS_TUNING", json.dumps({"poll_interval": 0.2, "adopted_poll_interval": 0.1})
+)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02) -> Any:

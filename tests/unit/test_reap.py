@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 
 import pytest
 from sidekick_tools import reap
 from sidekick_tools.config import TasksConfig
-from sidekick_tools.tasks import process
+from sidekick_tools.tasks import groups, process
 from sidekick_tools.tasks.manager import TaskManager, TaskSpec
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
 from sidekick_tools.tasks.remote_halt import HOST_GONE
@@ -58,8 +59,9 @@ async def test_the_dead_hosts_tasks_are_halted_and_recorded(tmp_path, capsys) ->
         store.close()
     finally:
         await other.shutdown(kill=True)
-        for task in (stubborn, polite):
-            os.waitpid(task.pid, 0)  # still this test process's children
+        for task in (stubborn, polite):  # still this test process's children
+            groups.signal_group(task.pid, signal.SIGKILL)
+            os.waitpid(task.pid, 0)
 
 
 async def test_a_task_whose_process_is_gone_is_left_to_recovery(tmp_path, capsys) -> None:

@@ -3,13 +3,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
 from sidekick_tools.config import Retention, TasksConfig
-from sidekick_tools.tasks import identity, process
+from sidekick_tools.tasks import groups, identity, process
 from sidekick_tools.tasks.manager import TaskEvent, TaskManager, TaskNotFound, TaskSpec
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
 from sidekick_tools.tasks.progress_poll import due_for_poll
@@ -30,8 +31,10 @@ def assert_reaped(pid: int) -> None:
 
 
 def reap(*tasks: Task) -> None:
-    """A "killed" host's children are still this test process's children: reap them."""
+    """A "killed" host's children are still this test process's children: end
+    (whatever is left of) them and reap them."""
     for task in tasks:
+        groups.signal_group(task.pid, signal.SIGKILL)
         try:
             os.waitpid(task.pid, 0)
         except ChildProcessError:
@@ -697,3 +700,14 @@ async def test_a_full_disk_ends_the_task_with_its_status_recorded(tasks_state, t
         assert len(told) == 1
     finally:
         await m.shutdown(kill=True)
+
+
+def test_engine_knobs_from_the_environment(caplog):
+    env = {"SIDEKICK_TOOLS_TUNING": '{"poll_interval": 0.2, "full_scan_max": 10, "nope": 1}'}
+    tuning = EngineTuning.from_env(env)
+    assert tuning.poll_interval == 0.2 and tuning.full_scan_max == 10
+    assert isinstance(tuning.full_scan_max, int)
+    assert tuning.busy_timeout == EngineTuning().busy_timeout
+    assert EngineTuning.from_env({}) == EngineTuning()
+    assert EngineTuning.from_env({"SIDEKICK_TOOLS_TUNING": "[1"}) == EngineTuning()
+    assert "ignoring SIDEKICK_TOOLS_TUNING" in caplog.text

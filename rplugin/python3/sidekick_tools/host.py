@@ -20,6 +20,7 @@ from .statedir import StateDir, log_to_file, open_state_dir
 from .tasks.identity import owner_token
 from .tasks.manager import TaskManager
 from .tasks.store import MemoryStore, StoreError, TaskStore, open_store
+from .tasks.tuning import EngineTuning
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +92,22 @@ class Host:
         log_to_file(os.path.join(state.path, "host.log"))
         nvim_pid = int((info or {}).get("nvim_pid") or os.getppid())
         self.owner = owner_token(nvim_pid)
-        store = self._open_store(config, state)
+        tuning = EngineTuning.from_env()
+        store = self._open_store(config, state, tuning.busy_timeout)
         self.tasks = TaskManager(
-            store, state.path, self.owner, config.tasks, on_store_fallback=self._store_failed
+            store,
+            state.path,
+            self.owner,
+            config.tasks,
+            tuning=tuning,
+            on_store_fallback=self._store_failed,
         )
         self.port.block_on(self.tasks.recover())
         self.calls = CallRunner(self.port, self.tasks, config)
         log.info("host %s started for %s (store %s)", __version__, self.owner, self.store_kind)
         return self._info()
 
-    def _open_store(self, config: Config, state: StateDir) -> TaskStore:
+    def _open_store(self, config: Config, state: StateDir, busy_timeout: float) -> TaskStore:
         """The configured store; memory, with one message, when it cannot be used."""
         self.store_kind = "sqlite"
         if config.tasks.store == "memory":
@@ -109,7 +116,8 @@ class Host:
         if state.problem is not None:
             self._store_failed(state.explain())
             return MemoryStore()
-        store, problem = open_store("sqlite", os.path.join(state.path, "tasks.db"))
+        path = os.path.join(state.path, "tasks.db")
+        store, problem = open_store("sqlite", path, busy_timeout)
         if problem is not None:
             self._store_failed(
                 f"sidekick_tools: {problem}\nTasks are kept in memory for this session."

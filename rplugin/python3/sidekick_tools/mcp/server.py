@@ -34,6 +34,7 @@ from ..statedir import StateDir, log_to_file, open_state_dir
 from ..tasks.identity import owner_token
 from ..tasks.manager import TaskManager
 from ..tasks.store import MemoryStore, TaskStore, open_store
+from ..tasks.tuning import EngineTuning
 from .face import SPECS, Face, UnknownTool
 from .settings import ConfigSource, Options
 
@@ -104,6 +105,7 @@ def _client_name(ctx: Any) -> str | None:
 
 def open_manager(source: ConfigSource, state: StateDir) -> TaskManager:
     config = source.current()
+    tuning = EngineTuning.from_env()
     store: TaskStore
     if config.tasks.store == "memory":
         store = MemoryStore()  # the user keeps no task history: none is shared either
@@ -111,7 +113,8 @@ def open_manager(source: ConfigSource, state: StateDir) -> TaskManager:
         log.error("%s", state.explain())
         store = MemoryStore()
     else:
-        store, problem = open_store("sqlite", os.path.join(state.path, "tasks.db"))
+        path = os.path.join(state.path, "tasks.db")
+        store, problem = open_store("sqlite", path, tuning.busy_timeout)
         if problem is not None:
             log.error("task store unusable, tasks are kept in memory: %s", problem)
     return TaskManager(
@@ -119,6 +122,7 @@ def open_manager(source: ConfigSource, state: StateDir) -> TaskManager:
         state.path,
         owner_token(os.getpid()),
         config.tasks,
+        tuning=tuning,
         on_store_fallback=lambda message: log.error("%s", message),
     )
 

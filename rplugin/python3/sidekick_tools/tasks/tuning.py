@@ -3,7 +3,18 @@ The defaults suit a user; tests shorten them so they never wait them out."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+# A JSON object of knobs to change, read by the host and the MCP server at start
+# (tests set it so no test waits out a one-second tick).
+ENV = "SIDEKICK_TOOLS_TUNING"
 
 
 @dataclass(frozen=True)
@@ -28,3 +39,20 @@ class EngineTuning:
     store_retry: float = 0.1
     # An adopted process (started by an earlier host) is looked at this often.
     adopted_poll_interval: float = 0.5
+    # SQLite: how long an operation waits for another program's lock.
+    busy_timeout: float = 0.05
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> EngineTuning:
+        """The defaults, with the knobs `$SIDEKICK_TOOLS_TUNING` names."""
+        raw = environ.get(ENV, "").strip()
+        if not raw:
+            return cls()
+        try:
+            knobs = json.loads(raw)
+            defaults = cls()
+            kinds = {f.name: type(getattr(defaults, f.name)) for f in dataclasses.fields(cls)}
+            return cls(**{k: kinds[k](v) for k, v in knobs.items() if k in kinds})
+        except (ValueError, TypeError, AttributeError) as exc:
+            log.warning("ignoring %s=%r: %s", ENV, raw, exc)
+            return cls()
