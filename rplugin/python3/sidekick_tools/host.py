@@ -169,13 +169,10 @@ class Host:
         return self._run_request(lambda gate: self.calls.run_tools(int(buf), cwd, gate))
 
     def _run_request(self, start: Callable[[asyncio.Future[None]], Any]) -> Any:
-        """Answer a run request before its first call starts working.
-
-        The first call waits on `gate`, which opens once this handler has
-        returned, i.e. once pynvim has sent the reply (callbacks scheduled now
-        run after that). Without it the chain went on to spawn the task first,
-        and the reply with the call's running state reached Neovim 1-2 ms
-        later, while the task's first processes were starting."""
+        """Answer a run request before its first call starts working: the first
+        call waits on `gate`, which opens once this handler has returned, i.e.
+        once pynvim has sent the reply, so Neovim draws the running state
+        before the task spawns (bench/ANALYSIS.md has the measurements)."""
         loop = self.port.loop
         gate: asyncio.Future[None] = loop.create_future()
         try:
@@ -184,11 +181,10 @@ class Host:
             loop.call_soon(_open_gate, gate)
 
     async def _with_events(self, started: Any) -> dict[str, Any]:
-        """The reply to a run request, with the events the calls it started have
-        emitted by then (the first call's running state): Lua shows them as soon
-        as the request returns. Sent on their own, right before or after the
-        reply, Neovim may leave them unread until the host sends something else
-        (neovim/neovim#12722); in a 100,000-line chat that was 6 ms."""
+        """The reply to a run request, with the events its calls emitted by then
+        (the first call's running state): sent on their own next to a reply,
+        Neovim may leave them unread until the host sends something else
+        (neovim/neovim#12722)."""
         reply = await started
         await asyncio.sleep(0)  # the started chain runs up to its first state change
         reply["events"] = self.port.take_events()
