@@ -1,20 +1,27 @@
 """`make demo`: open Neovim on an example chat with the plugin loaded.
 
-`make demo HEADLESS=1` runs the same walk-through without a UI, the way a user
-would (cursor on the first call, :SidekickRunTool, then consent to the call the
-chain stopped at) and prints the resulting chat.
+The demo works in a temporary directory, removed when Neovim exits; a hint in
+the chat window's winbar says what to try. `make demo HEADLESS=1` runs the same
+walk-through without a UI, the way a user would (cursor on the first call,
+:SidekickRunTool, then consent to the call the chain stopped at) and prints the
+resulting chat.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+HINT = (
+    "demo: cursor on the first ```tool block, <Space>sr runs it (:SidekickRunTool)"
+    " · <Space>sd denies · :SidekickTasks · :qa quits"
+)
 HELLO = '''"""A tiny script for the demo."""
 import argparse
 
@@ -38,6 +45,7 @@ def prepare() -> tuple[Path, Path, dict[str, str]]:
         SIDEKICK_ROOT=str(ROOT),
         SIDEKICK_PYTHON=sys.executable,
         SIDEKICK_STATE_DIR=str(base / "state"),
+        SIDEKICK_DEMO_HINT=HINT,
     )
     return work, chat, env
 
@@ -105,11 +113,12 @@ def main() -> int:
     if os.environ.get("HEADLESS"):
         return headless(work, chat, env)
     print(f"demo chat: {chat}")
-    print("Put the cursor on the first ```tool block and run :SidekickRunTool (or <Space>sr).")
-    os.chdir(work)
     argv = [nvim_binary(), "--clean", "-u", str(ROOT / "examples" / "demo_init.lua"), str(chat)]
-    os.execvpe(argv[0], argv, env)
-    return 0
+    try:
+        return subprocess.call(argv, cwd=work, env=env)
+    finally:
+        shutil.rmtree(work.parent, ignore_errors=True)
+        print(f"demo: removed {work.parent}")
 
 
 if __name__ == "__main__":

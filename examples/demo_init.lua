@@ -7,4 +7,19 @@ require("sidekick_tools").setup({
   state_dir = vim.env.SIDEKICK_STATE_DIR,
   tasks = { hybrid_threshold = 3 },
 })
-vim.diagnostic.config({ virtual_text = true, underline = false })
+
+-- The hint stays in view: start-up messages would overwrite one echoed earlier.
+if vim.env.SIDEKICK_DEMO_HINT then
+  vim.api.nvim_create_autocmd("VimEnter", {
+    once = true,
+    callback = function()
+      vim.wo.winbar = vim.env.SIDEKICK_DEMO_HINT:gsub("%%", "%%%%")
+      -- windows split from the chat's (the task list, a help window) go without it
+      vim.api.nvim_create_autocmd("WinNew", {
+        callback = function()
+          vim.wo.winbar = ""
+        end,
+      })
+    end,
+  })
+end

@@ -17,15 +17,20 @@ local names = {
   },
   SidekickRunTools = {
     nargs = 0,
-    desc = "Run every pending tool call of the last assistant message",
+    bang = true,
+    desc = "Run every pending tool call of the last assistant message (!: without asking)",
+  },
+  SidekickDeny = {
+    nargs = "*",
+    desc = "Deny the pending tool call under the cursor: [reason] is what the model reads",
   },
   SidekickHalt = { nargs = "?", desc = "Cancel the task under the cursor, or TOKEN" },
   SidekickTasks = {
     nargs = "?",
     bang = true,
-    desc = "List tasks (!: every Neovim's and MCP client's): [running|completed|failed|all]",
+    desc = "List this Neovim's tasks (!: every Neovim's and MCP client's): [running|completed|failed|all]",
     complete = function()
-      return { "running", "completed", "failed", "all" }
+      return { "running", "queued", "completed", "failed", "cancelled", "all" }
     end,
   },
   SidekickOutput = { nargs = "*", desc = "Live view of a task's output: [TOKEN] [/regex/]" },

@@ -170,7 +170,7 @@ end
 --- Run the plugin's `run_tools` on the current buffer with the clock started.
 function M.plugin_run_tools(expected)
   M.track_plugin(expected)
-  local res = require("sidekick_tools").run_tools(0)
+  local res = require("sidekick_tools").run_tools(0, { confirm = false })
   M.state.t_returned = uv.hrtime()
   return res
 end

@@ -163,6 +163,103 @@ function M.policy(tool, params, ctx)
   return vim.NIL
 end
 
+--- The API key a Lua function in `chat.providers.<name>.api_key` gives (the host
+--- asks when it sends; the key is never stored).
+function M.api_key(name)
+  local providers = (require("sidekick_tools.config").current.chat or {}).providers or {}
+  local fn = (providers[name] or {}).api_key
+  if type(fn) ~= "function" then
+    return vim.NIL
+  end
+  local ok, key = pcall(fn)
+  if not ok or type(key) ~= "string" or key == "" then
+    vim.notify(
+      "sidekick_tools: chat.providers." .. name .. ".api_key (a function) gave no key",
+      vim.log.levels.ERROR
+    )
+    return vim.NIL
+  end
+  return key
+end
+
+-- A reply streaming into a chat is a region of rows, from its ASSISTANT: line,
+-- kept by an extmark range that grows with what is appended at its end. The
+-- host sends edits relative to the region's first row; one that finds the region
+-- not as the host left it (the user edited inside the reply) is dropped, and
+-- the region is written whole when the reply ends.
+M.reply_ns = vim.api.nvim_create_namespace("sidekick_tools_reply")
+local desynced = {} ---@type table<integer, boolean> reply mark -> edits dropped
+
+local function reply_region(buf, mark)
+  if not valid(buf) then
+    return nil
+  end
+  local pos = vim.api.nvim_buf_get_extmark_by_id(buf, M.reply_ns, mark, { details = true })
+  if not pos[1] or not pos[3] or pos[3].end_row == nil then
+    return nil
+  end
+  return pos[1], pos[3].end_row
+end
+
+function M.reply_open(buf, mark, row)
+  local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
+  vim.api.nvim_buf_set_extmark(buf, M.reply_ns, row, 0, {
+    id = mark,
+    end_row = row,
+    end_col = #line,
+    right_gravity = false,
+    end_right_gravity = true,
+    undo_restore = false,
+  })
+  desynced[mark] = nil
+end
+
+--- One streamed edit { start_row, start_col, end_row, end_col, lines } relative
+--- to the region; `expect` is what its first row held, `rows` the region's size.
+function M.reply_edit(buf, mark, e, expect, rows)
+  if desynced[mark] then
+    return
+  end
+  local first, last = reply_region(buf, mark)
+  local ok = first ~= nil and last - first + 1 == rows
+  if ok then
+    local row = first + e[1]
+    ok = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] == expect
+  end
+  if ok then
+    local modifiable = vim.bo[buf].modifiable
+    vim.bo[buf].modifiable = true
+    if vim.api.nvim_get_current_buf() == buf then
+      pcall(vim.cmd.undojoin) -- the whole reply is one undo step
+    end
+    ok = pcall(vim.api.nvim_buf_set_text, buf, first + e[1], e[2], first + e[3], e[4], e[5])
+    vim.bo[buf].modifiable = modifiable
+  end
+  if not ok then
+    desynced[mark] = true
+  end
+end
+
+--- The reply ended: its region becomes exactly `lines`. False when the region is gone.
+function M.reply_close(buf, mark, lines)
+  local first, last = reply_region(buf, mark)
+  desynced[mark] = nil
+  if not first then
+    return false
+  end
+  local current = vim.api.nvim_buf_get_lines(buf, first, last + 1, false)
+  if not vim.deep_equal(current, lines) then
+    local modifiable = vim.bo[buf].modifiable
+    vim.bo[buf].modifiable = true
+    if vim.api.nvim_get_current_buf() == buf then
+      pcall(vim.cmd.undojoin)
+    end
+    vim.api.nvim_buf_set_lines(buf, first, last + 1, false, lines)
+    vim.bo[buf].modifiable = modifiable
+  end
+  return true
+end
+
 -- Several events for one buffer in one loop turn cost one draw, and a burst
 -- of events (hundreds of tasks ending) costs at most one draw per
 -- DRAW_GAP_MS: the first change after a quiet spell is drawn on the next loop
@@ -247,6 +344,21 @@ function handlers.scan(ev)
   end
   M.scanned[ev.buf] = ev.items or {}
   redraw(ev.buf)
+end
+
+--- Tokens in/out and cache reads of a reply, as virtual text on its ASSISTANT:
+--- line (not in the text).
+M.usage_ns = vim.api.nvim_create_namespace("sidekick_tools_usage")
+function handlers.usage(ev)
+  local row = reply_region(ev.buf, ev.mark)
+  if row then
+    vim.api.nvim_buf_set_extmark(ev.buf, M.usage_ns, row, 0, {
+      id = ev.mark,
+      virt_text = { { ev.text, "Comment" } },
+      virt_text_pos = "eol",
+      undo_restore = false,
+    })
+  end
 end
 
 function handlers.notify(ev)

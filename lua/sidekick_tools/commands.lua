@@ -10,8 +10,12 @@ M.commands = {
   SidekickRunTool = function()
     api().run_tool()
   end,
-  SidekickRunTools = function()
-    api().run_tools()
+  SidekickRunTools = function(a)
+    api().run_tools(nil, { confirm = not a.bang })
+  end,
+  SidekickDeny = function(a)
+    local reason = vim.trim(a.args or "")
+    api().deny(nil, nil, reason ~= "" and reason or nil)
   end,
   SidekickHalt = function(a)
     local token = a.fargs[1]
@@ -52,6 +56,7 @@ end
 local keymap_actions = {
   run_tool = { "<Cmd>SidekickRunTool<CR>", "Run tool call under cursor" },
   run_tools = { "<Cmd>SidekickRunTools<CR>", "Run all pending tool calls" },
+  deny = { "<Cmd>SidekickDeny<CR>", "Deny the pending call under cursor" },
   halt = { "<Cmd>SidekickHalt<CR>", "Halt task under cursor" },
   tasks = { "<Cmd>SidekickTasks<CR>", "List tasks" },
   output = { "<Cmd>SidekickOutput<CR>", "Output of task under cursor" },
@@ -83,18 +88,37 @@ function M.apply_keymaps_to_open_chats()
   end
 end
 
---- A chat buffer was opened: keymaps, and let the host (started in the
---- background if needed) show each call's state and follow running blocks.
+-- A result block a background task still holds: "```result id=X status=running
+-- ... task=T", in the order the plugin writes. Searched in C with one anchored
+-- pattern (a "\&" branch would make Vim try every column of every line).
+local RUNNING_BLOCK = [[\m\C^`\{3,}result\s.*\<status=running\>.*\stask=\x]]
+
+--- Does the chat's text name a running task?
+function M.names_running_task(buf)
+  return vim.api.nvim_buf_call(buf, function()
+    return vim.fn.search(RUNNING_BLOCK, "ncw") > 0
+  end)
+end
+
+--- A chat buffer was opened: keymaps, and let a running host show each call's
+--- state and follow running blocks. The host is started for that only when
+--- the chat names a running task; any other chat waits for the first command.
 --- Nothing is ever run here.
 function M.chat_opened(buf)
   M.apply_keymaps(buf)
+  if package.loaded["sidekick_tools.render.tasks"] then
+    require("sidekick_tools.render.tasks").chats_changed()
+  end
   local host = require("sidekick_tools.host")
   if host.running() then
     host.notify("chat_opened", buf)
     return
   end
+  if not M.names_running_task(buf) then
+    return
+  end
   vim.schedule(function()
-    if not vim.api.nvim_buf_is_valid(buf) then
+    if not vim.api.nvim_buf_is_valid(buf) or host.running() then
       return
     end
     local chan, err = host.ensure() -- host_started() then scans every loaded chat

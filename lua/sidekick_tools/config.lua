@@ -70,12 +70,28 @@ M.options = {
       "which",
       "date",
       "whoami",
+      "grep",
       "git status",
       "git diff",
       "git log",
+      "git show",
+      "git branch",
     },
     "table",
-    "Command prefixes run_terminal_command may run without asking (no shell operators)",
+    "Commands run_terminal_command may run without asking: names of safe forms "
+      .. "(:h sidekick_tools-safe-commands), or exact commands",
+  },
+  {
+    "auto_accept.command_forms",
+    {},
+    "table",
+    "Safe forms you declare: name -> { flags, values, path_values, operands, ... }, or false",
+  },
+  {
+    "auto_accept.timeout",
+    120,
+    "number",
+    "Seconds a command run without asking may last (the smaller of this and its own)",
   },
   {
     "auto_accept.policy",
@@ -84,6 +100,12 @@ M.options = {
     'function(tool, params, ctx) -> "approve" | "deny" | nil; consulted first',
   },
   { "agents", {}, "table", 'name -> { cmd = { ..., "{message}" }, env = {}, cwd = nil }' },
+  {
+    "chat",
+    {},
+    "table",
+    "The chat loop (DESIGN §10): model, providers, system, max_tokens, auto_send, max_turns, send_on_notice, dir",
+  },
   { "result.max_lines", 200, "number", "Output lines kept in a result block (tail)" },
   {
     "result.notice_lines",
@@ -111,12 +133,30 @@ M.options = {
   },
   { "notify", "background", "string", '"always", "never" or "background" (chat not visible)' },
   {
+    "ui.virtual_text",
+    true,
+    { "boolean", "table" },
+    "Call states as virtual text, whatever the global diagnostic settings (a table: its options)",
+  },
+  {
+    "ui.signs",
+    true,
+    { "boolean", "table" },
+    "Call states in the sign column (a table: the signs handler's options)",
+  },
+  {
     "keymaps.run_tool",
     "<leader>sr",
     { "string", "boolean" },
     "Run the call under the cursor (false: none)",
   },
   { "keymaps.run_tools", "<leader>sR", { "string", "boolean" }, "Run every pending call" },
+  {
+    "keymaps.deny",
+    "<leader>sd",
+    { "string", "boolean" },
+    "Deny the pending call under the cursor (:SidekickDeny)",
+  },
   { "keymaps.halt", "<leader>sh", { "string", "boolean" }, "Halt the task under the cursor" },
   { "keymaps.tasks", "<leader>st", { "string", "boolean" }, "Open the task list" },
   {
@@ -152,8 +192,20 @@ M.options = {
     "Tasks window: toggle this Neovim's tasks / every Neovim's tasks",
   },
   {
+    "keymaps.tasks_window.rerun",
+    "r",
+    { "string", "table", "boolean" },
+    "Tasks window: run the task's tool call again (its result block is replaced)",
+  },
+  {
+    "keymaps.tasks_window.quickfix",
+    "Q",
+    { "string", "table", "boolean" },
+    "Tasks window: the task's output to the quickfix list ('errorformat')",
+  },
+  {
     "keymaps.tasks_window.refresh",
-    { "r", "R" },
+    "R",
     { "string", "table", "boolean" },
     "Tasks window: reload",
   },
@@ -272,6 +324,22 @@ function M.resolve(user)
       error(string.format("sidekick_tools: agents.%s.cmd must be a non-empty list", name), 0)
     end
   end
+  for _, entry in ipairs(merged.auto_accept.safe_commands) do
+    if type(entry) ~= "string" then
+      error('sidekick_tools: auto_accept.safe_commands holds strings such as "git status"', 0)
+    end
+  end
+  for name, form in pairs(merged.auto_accept.command_forms) do
+    if type(name) ~= "string" or (form ~= false and type(form) ~= "table") then
+      error(
+        string.format(
+          "sidekick_tools: auto_accept.command_forms[%s] must be a form table or false",
+          vim.inspect(name)
+        ),
+        0
+      )
+    end
+  end
   if merged.tasks.store ~= "sqlite" and merged.tasks.store ~= "memory" then
     error('sidekick_tools: tasks.store must be "sqlite" or "memory"', 0)
   end
@@ -340,14 +408,21 @@ function M.write_mcp_settings()
   return path
 end
 
---- The serialisable part sent to the host (functions stay in Lua).
+--- The serialisable part sent to the host (functions stay in Lua: a provider's
+--- api_key function becomes "lua:", and the host asks Lua for the key when it sends).
 function M.for_host()
   local c = vim.deepcopy(M.current)
+  for _, provider in pairs((c.chat or {}).providers or {}) do
+    if type(provider) == "table" and type(provider.api_key) == "function" then
+      provider.api_key = "lua:"
+    end
+  end
   c.python = nil
   c.state_dir = M.state_dir()
   c.auto_accept.has_policy = type(c.auto_accept.policy) == "function"
   c.auto_accept.policy = nil
   c.keymaps = nil
+  c.ui = nil -- may hold functions (a virtual_text format); the host has no use for it
   return c
 end
 

@@ -29,11 +29,19 @@ function M.check()
     .system({
       python,
       "-c",
-      "import sys, pynvim; print(sys.version.split()[0], pynvim.__version__ if hasattr(pynvim, '__version__') else '')",
+      "import sys; print(sys.version.split()[0])\n"
+        .. "try:\n"
+        .. "    from importlib.metadata import version; print(version('pynvim'))\n"
+        .. "except Exception:\n"
+        .. "    import pynvim; print(getattr(pynvim, '__version__', '') or '(version unknown)')",
     }, { text = true })
     :wait(10000)
-  if probe.code == 0 then
-    h.ok("Python " .. vim.trim(probe.stdout) .. " with pynvim")
+  local out = vim.split(vim.trim(probe.stdout or ""), "\n")
+  if out[1] and out[1] ~= "" then
+    h.ok("Python " .. out[1])
+  end
+  if probe.code == 0 and out[2] then
+    h.ok("pynvim " .. out[2])
   else
     h.error("pynvim is not importable by " .. python, {
       ":SidekickInstall creates a venv with it",
@@ -43,10 +51,12 @@ function M.check()
   if host.running() then
     local ok, info = pcall(host.request, "init", config.for_host(), { nvim_pid = vim.fn.getpid() })
     if ok then
-      h.ok(string.format("host running (pid %s, version %s)", info.pid, info.version))
+      h.ok(string.format("host running (pid %s, sidekick_tools %s)", info.pid, info.version))
     else
       h.warn("host running but not answering: " .. tostring(info))
     end
+  elseif host.failure() then
+    h.error("the host failed: " .. host.failure(), { "the next command starts a new one" })
   else
     h.info("host not started yet (it starts on first use)")
   end

@@ -6,12 +6,16 @@ local M = {}
 
 local state = {
   chan = nil, ---@type integer|nil
-  stderr = {}, ---@type string[] last lines the host wrote to stderr
+  stderr = {}, ---@type string[] last lines the host wrote to stderr (log lines left out)
+  partial = "", -- stderr bytes after the last newline
+  python = nil, ---@type string|nil interpreter of the current host
   exiting = false,
   generation = 0,
+  failure = nil, ---@type string|nil how the last host ended, when it died on its own
+  reported = {}, ---@type table<integer, boolean> generations whose death was told
 }
 
-local STDERR_KEEP = 30
+local STDERR_KEEP = 60
 
 --- Folder that holds lua/, plugin/ and rplugin/ of this plugin.
 function M.root()
@@ -52,11 +56,73 @@ function M.find_python()
   return nil, "none found"
 end
 
+-- Python log records at INFO or DEBUG ("INFO:name:msg", or a timestamped
+-- "2025-01-02 10:11:12,345 INFO name: msg"): never what explains a crash.
+local function log_noise(line)
+  return line:match("^INFO:") ~= nil
+    or line:match("^DEBUG:") ~= nil
+    or line:match("^%d+%-%d+%-%d+[ T][%d:,.]+%s+INFO%s") ~= nil
+    or line:match("^%d+%-%d+%-%d+[ T][%d:,.]+%s+DEBUG%s") ~= nil
+end
+
+local function keep_stderr(line)
+  if line == "" or log_noise(line) then
+    return
+  end
+  table.insert(state.stderr, line)
+  while #state.stderr > STDERR_KEEP do
+    table.remove(state.stderr, 1)
+  end
+end
+
+local TRACEBACK_KEEP = 8
+
+--- The stderr lines that explain how the host ended: the end of its last
+--- traceback (the innermost frames and the exception), else its last lines.
 local function stderr_tail()
-  local lines = vim.tbl_filter(function(l)
-    return l ~= ""
-  end, state.stderr)
+  local lines = state.stderr
+  local from = nil
+  for i = #lines, 1, -1 do
+    if lines[i]:match("^Traceback %(most recent call last%)") then
+      from = i
+      break
+    end
+  end
+  if from then
+    local first = math.max(from + 1, #lines - TRACEBACK_KEEP + 1)
+    local out = { lines[from] .. (first > from + 1 and " …" or "") }
+    vim.list_extend(out, lines, first, #lines)
+    return table.concat(out, "\n")
+  end
   return table.concat(lines, "\n", math.max(1, #lines - 9))
+end
+
+--- What to tell the user about a host that ended with `code`, in one message.
+local function exit_message(code)
+  local tail = stderr_tail()
+  if
+    tail:find("No module named 'pynvim'", 1, true) or tail:find("No module named pynvim", 1, true)
+  then
+    return string.format(
+      "sidekick_tools: %s cannot import pynvim. Run :SidekickInstall, or set "
+        .. "setup({ python = ... }) to an interpreter that has it.",
+      state.python or "the Python interpreter"
+    )
+  end
+  return string.format(
+    "sidekick_tools: the Python host exited (code %d); the next command starts a new one.%s",
+    code,
+    tail ~= "" and ("\n" .. tail) or ""
+  )
+end
+
+--- Tell the user once how host `generation` ended.
+local function report(generation, msg)
+  if state.reported[generation] then
+    return
+  end
+  state.reported[generation] = true
+  vim.notify(msg, vim.log.levels.ERROR)
 end
 
 local function on_exit(generation, code)
@@ -67,23 +133,12 @@ local function on_exit(generation, code)
   if state.exiting then
     return
   end
-  local tail = stderr_tail()
+  keep_stderr(state.partial)
+  state.partial = ""
+  local msg = exit_message(code)
+  state.failure = msg
   vim.schedule(function()
-    local hint = ""
-    if
-      tail:find("No module named 'pynvim'", 1, true) or tail:find("No module named pynvim", 1, true)
-    then
-      hint = "\nThat interpreter lacks pynvim: run :SidekickInstall or set setup({ python = ... })."
-    end
-    vim.notify(
-      string.format(
-        "sidekick_tools: the Python host exited (code %d); the next command starts a new one.%s%s",
-        code,
-        tail ~= "" and ("\n" .. tail) or "",
-        hint
-      ),
-      vim.log.levels.ERROR
-    )
+    report(generation, msg)
     require("sidekick_tools.bridge").host_lost()
   end)
 end
@@ -124,17 +179,20 @@ function M.ensure()
     return nil,
       "sidekick_tools: no Python interpreter found; set setup({ python = ... }) or run :SidekickInstall"
   end
-  state.stderr = {}
+  state.stderr, state.partial = {}, ""
+  state.python, state.failure = python, nil
   state.generation = state.generation + 1
   local generation = state.generation
   local ok, job = pcall(vim.fn.jobstart, M.command(python), {
     rpc = true,
     on_stderr = function(_, data)
-      for _, line in ipairs(data or {}) do
-        table.insert(state.stderr, line)
+      if generation ~= state.generation or not data or #data == 0 then
+        return
       end
-      while #state.stderr > STDERR_KEEP do
-        table.remove(state.stderr, 1)
+      data[1] = state.partial .. data[1]
+      state.partial = table.remove(data) -- the last item is an unfinished line
+      for _, line in ipairs(data) do
+        keep_stderr(line)
       end
     end,
     on_exit = function(_, code)
@@ -142,13 +200,13 @@ function M.ensure()
     end,
   })
   if not ok or job <= 0 then
-    return nil,
-      string.format(
-        "sidekick_tools: could not start %s (from %s): %s",
-        python,
-        source,
-        tostring(job)
-      )
+    state.failure = string.format(
+      "sidekick_tools: could not start %s (from %s): %s",
+      python,
+      source,
+      tostring(job)
+    )
+    return nil, state.failure
   end
   state.chan = job
   -- init goes as a notification: the editor does not wait for Python to start.
@@ -174,11 +232,43 @@ function M.request(method, ...)
   if not chan then
     error(err, 0)
   end
+  local generation = state.generation
   local ok, res = pcall(vim.rpcrequest, chan, method, ...)
   if not ok then
+    local died = M.death_of(chan, generation, res)
+    if died then
+      error(died, 0)
+    end
     error(M.clean_error(res), 0)
   end
   return res
+end
+
+--- When a request failed because the host is gone (a missing pynvim, a crash):
+--- how it ended, told by this error instead of a second notification.
+---@return string|nil
+function M.death_of(chan, generation, err)
+  -- the channel closes before the process is reaped: wait for its exit then
+  local closed = tostring(err):find("Invalid channel", 1, true) or tostring(err):find("closed")
+  if vim.fn.jobwait({ chan }, closed and 2000 or 0)[1] == -1 then
+    return nil -- alive: an ordinary error answer
+  end
+  -- jobwait ran its on_exit, which says how it ended
+  if generation ~= state.generation or state.chan ~= nil then
+    return nil
+  end
+  state.reported[generation] = true
+  return state.failure
+    or "sidekick_tools: the Python host exited; the next command starts a new one."
+end
+
+--- How the last host ended when it died on its own or could not start (for
+--- :checkhealth); nil while one runs or none has failed.
+function M.failure()
+  if state.chan then
+    return nil
+  end
+  return state.failure
 end
 
 --- Fire-and-forget notification; does nothing when the host is not running.
@@ -198,8 +288,49 @@ function M.clean_error(err)
   return msg
 end
 
---- Called on VimLeavePre: let the host halt this instance's tasks if configured.
+local function count(status)
+  local ok, n = pcall(vim.rpcrequest, state.chan, "count_tasks", { status = status })
+  return ok and tonumber(n) or 0
+end
+
+local function tasks_word(n, kind)
+  return string.format("%d %s task%s", n, kind, n == 1 and "" or "s")
+end
+
+--- Before Neovim exits: say what happens to this instance's tasks, and show it
+--- at once (Neovim is about to stop drawing).
+local function say_exit()
+  local running, queued = count("running"), count("queued")
+  if running + queued == 0 then
+    return
+  end
+  local parts = {}
+  if running > 0 then
+    if config.current.tasks.kill_on_exit then
+      table.insert(parts, "halting " .. tasks_word(running, "running") .. " (tasks.kill_on_exit)")
+    else
+      table.insert(parts, tasks_word(running, "running") .. " go on (tasks.kill_on_exit = false)")
+    end
+  end
+  if queued > 0 then
+    table.insert(parts, "cancelling " .. tasks_word(queued, "queued"))
+  end
+  -- a redraw first clears what :wqa printed (a message after those waits for a
+  -- prompt that never comes); the one after puts this one on screen at once
+  pcall(vim.cmd.redraw)
+  vim.notify(
+    "sidekick_tools: Neovim is exiting: " .. table.concat(parts, "; "),
+    vim.log.levels.WARN
+  )
+  pcall(vim.cmd.redraw)
+end
+
+--- Called on VimLeavePre: say what happens to this instance's tasks, then let
+--- the host halt them if configured.
 function M.shutdown()
+  if state.chan and not state.exiting then
+    pcall(say_exit)
+  end
   state.exiting = true
   if state.chan then
     pcall(vim.rpcrequest, state.chan, "shutdown")

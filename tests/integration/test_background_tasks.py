@@ -143,7 +143,7 @@ def test_twenty_tasks_against_max_concurrent_five(editor):
     marker = editor.workdir / "open"
     blocks = [call(f"q{i:02d}", wait_cmd(marker), **{"async": True}) for i in range(20)]
     editor.open_chat(HEAD + "\n".join(blocks))
-    editor.nvim.command("SidekickRunTools")
+    editor.nvim.command("SidekickRunTools!")
     wait_for(lambda: editor.text().count("status=running task=") == 20)
 
     def counts():
@@ -181,7 +181,7 @@ def test_host_killed_while_five_tasks_run_nothing_is_lost(editor):
         for i in range(5)
     ]
     editor.open_chat(HEAD + "\n".join(blocks))
-    editor.nvim.command("SidekickRunTools")
+    editor.nvim.command("SidekickRunTools!")
     wait_for(lambda: editor.text().count("status=running task=") == 5)
     pid = editor.lua("return vim.fn.jobpid(require('sidekick_tools.host').channel())")
     os.kill(pid, signal.SIGKILL)

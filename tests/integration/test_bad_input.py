@@ -144,6 +144,10 @@ def test_crlf_file_keeps_its_line_ends(editor):
 
 def test_pending_calls_show_their_state_when_a_chat_is_opened(editor):
     editor.setup()
+    # a chat without running tasks starts no host; once one runs (any command
+    # started it), every chat opened shows its calls' state at once
+    editor.nvim.command("SidekickTasks")
+    editor.nvim.command("only")
     text = (
         HEAD + '```tool run_terminal_command id=p1\n{"command": "echo later"}\n```\n\n'
         "```tool read_files id=p2\nnot json\n```\n"

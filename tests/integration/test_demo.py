@@ -39,3 +39,69 @@ def test_headless_demo_runs_every_call_and_prints_settled_diagnostics() -> None:
         )
     ]
     assert diags.strip().split("\n") == expected
+
+
+def _read_until(fd: int, predicate, timeout: float = 60) -> str:
+    """Read a pty until the text seen (terminal escapes removed) satisfies `predicate`."""
+    import re
+    import select
+    import time
+
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # the other side closed
+                chunk = b""
+            if not chunk:
+                break
+            seen += chunk
+        text = re.sub(rb"\x1b(\[[0-9;?<=>]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|.)", b"", seen)
+        text = text.decode("utf-8", "replace")
+        if predicate(text):
+            return text
+    raise AssertionError(f"never seen; got: {seen[-2000:]!r}")
+
+
+@pytest.mark.integration
+def test_interactive_demo_shows_its_hint_and_cleans_up_on_exit() -> None:
+    """`make demo` in a terminal: the hint stays on screen, the temporary
+    directory is gone once Neovim exits."""
+    import fcntl
+    import pty
+    import re
+    import struct
+    import termios
+
+    env = dict(os.environ, TERM="xterm-256color")
+    env.pop("HEADLESS", None)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "demo.py")],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
+    os.close(slave)
+    try:
+        text = _read_until(master, lambda t: "<Space>sr runs it" in t and "demo chat:" in t)
+        chat = Path(re.search(r"demo chat: (\S+\.sidekick\.md)", text).group(1))
+        base = chat.parent.parent
+        assert base.name.startswith("sidekick-demo-") and base.exists()
+        os.write(master, b"\x1b:qa!\r")
+        text = _read_until(master, lambda t: f"demo: removed {base}" in t)
+        assert proc.wait(timeout=30) == 0
+        assert not base.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -154,7 +155,10 @@ def test_checkhealth_reports_interpreter_and_storage(editor):
     text = "\n".join(editor.nvim.current.buffer[:])
     assert "Neovim" in text
     assert sys.executable in text
-    assert "with pynvim" in text
+    # each version printed says what it is the version of
+    v = sys.version_info
+    assert f"Python {v.major}.{v.minor}.{v.micro}" in text
+    assert re.search(r"OK pynvim \d+\.\d+", text), text
     assert "host running" in text
     assert "task store: sqlite" in text
     assert f"is importable by {sys.executable}" in text  # the MCP server's optional package

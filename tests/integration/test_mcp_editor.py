@@ -131,7 +131,7 @@ def test_an_agents_task_is_listed_live_and_halted_from_neovim(editor, agent):
 
     row = next(t for t in all_tasks(editor) if t["id"] == token)
     assert row["status"] == "running" and row["chat"] == "mcp:pytest-agent"
-    editor.nvim.command("SidekickTasks all")
+    editor.nvim.command("SidekickTasks!")
     line = wait_for(lambda: next((x for x in editor.lines() if token in x), None))
     assert "mcp:pytest-agent" in line and "run_terminal_command" in line
 

@@ -128,3 +128,35 @@ def test_chained_task_tools_reach_only_this_chats_tasks(editor):
     task = editor.lua("return require('sidekick_tools').get_task(...)", token)
     assert task["status"] == "running"
     marker.write_text("")
+
+
+def test_secrets_are_masked_in_the_chat_notices_and_task_list(editor):
+    import os
+    import stat
+
+    key = "sk-ant-api03-" + "s" * 40
+    editor.setup(tasks={"hybrid_threshold": 0.2})
+    marker = editor.workdir / "m"
+    cmd = f"while [ ! -e {marker} ]; do sleep 0.05; done; echo key={key}; echo password=hunter2"
+    editor.open_chat(
+        HEAD + call("s", "run_terminal_command", {"command": f"TOKEN={key} true; {cmd}"})
+    )
+    editor.run_tool(5)
+    text = editor.wait_text("```result id=s status=running task=")
+    token = text.split("task=")[1].split()[0]
+    marker.write_text("")
+    editor.wait_text(f"USER: [sidekick task {token} completed]")
+    text = editor.wait_text("password=***")
+    # what the plugin wrote: the result block and the notice (the call is the model's)
+    written = text.split("```result id=s", 1)[1]
+    assert key not in written and "hunter2" not in written
+    assert written.count("sk-ant-***") == 2  # in the block and in the notice
+    tasks = editor.lua("return require('sidekick_tools').list_tasks({ owner = 'any' })")
+    listed = repr(tasks)
+    assert key not in listed and "hunter2" not in listed and "sk-ant-***" in listed
+    # the raw log keeps what the command printed, readable by the user only
+    task = next(t for t in tasks if t["id"] == token)
+    log = task["log_path"]
+    with open(log) as f:
+        assert key in f.read()
+    assert stat.S_IMODE(os.stat(log).st_mode) == 0o600

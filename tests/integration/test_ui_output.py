@@ -106,13 +106,65 @@ def test_output_of_the_call_under_the_cursor(editor):
     editor.nvim.command("SidekickHalt")
     lines = wait_lines(editor, buf, lambda ls: ls[-1].startswith(f"[task {token} cancelled"))
     assert "from-the-chat" in lines
-    # no call under the cursor: an error, no window
+    # no call under the cursor: the latest task of this Neovim, in the same view
     editor.nvim.command("wincmd p")
     editor.nvim.command("call cursor(1, 1)")
-    wins = len(editor.nvim.windows)
     editor.nvim.command("SidekickOutput")
-    assert any("no task under the cursor" in n for n in editor.notifications())
+    assert current_buf(editor) == buf
+
+
+def test_output_without_a_token_and_none_to_show(editor):
+    editor.setup()
+    # printf is no safe command: the chain does not run b after a (it runs by hand below)
+    editor.open_chat(
+        "USER: hi\n\nASSISTANT: ok\n\n"
+        '```tool run_terminal_command id=a\n{"command": "printf first"}\n```\n\n'
+        '```tool run_terminal_command id=b\n{"command": "printf second"}\n```\n'
+    )
+    wins = len(editor.nvim.windows)
+    editor.nvim.command("SidekickOutput")  # nothing has run yet
+    assert editor.notifications() == [
+        "sidekick_tools: no task under the cursor, and none yet in this Neovim"
+    ]
     assert len(editor.nvim.windows) == wins
+    editor.run_tool(5)
+    editor.wait_text("```result id=a status=completed")
+    editor.run_tool(editor.lines().index("```tool run_terminal_command id=b") + 1)
+    editor.wait_text("```result id=b status=completed")
+    tasks = editor.lua("return require('sidekick_tools').list_tasks()")
+    latest, first = tasks[0]["id"], tasks[1]["id"]
+    # from a buffer that is not a chat: the latest
+    editor.nvim.command("enew")
+    editor.nvim.command("SidekickOutput")
+    assert editor.lua("return vim.api.nvim_buf_get_name(0)").endswith("/" + latest)
+    wait_lines(editor, current_buf(editor), lambda ls: ls[0] == "second")
+    # from the tasks window: the task on the cursor line
+    editor.nvim.command("SidekickTasks")
+    editor.nvim.command("call cursor(3, 1)")  # the older one
+    editor.nvim.command("SidekickOutput")
+    assert editor.lua("return vim.api.nvim_buf_get_name(0)").endswith("/" + first)
+    wait_lines(editor, current_buf(editor), lambda ls: ls[0] == "first")
+
+
+def test_a_bad_regex_is_said_in_one_readable_line(editor):
+    editor.setup()
+    token = start_background(editor, "echo some-output")
+    wins = len(editor.nvim.windows)
+    editor.nvim.command(f"SidekickOutput {token} /a[/")
+    editor.nvim.command("SidekickOutput /x\\(/")  # no token: said before looking for one
+    assert editor.notifications() == [
+        "sidekick_tools: bad filter /a[/: a [ is never closed by ] (E769)",
+        "sidekick_tools: bad filter /x\\(/: Unmatched \\( (E54)",
+    ]
+    assert len(editor.nvim.windows) == wins  # nothing opened
+    # inside a view, a bad filter leaves the one shown
+    editor.nvim.command(f"SidekickOutput {token} /some/")
+    buf = current_buf(editor)
+    wait_lines(editor, buf, lambda ls: ls[0] == "some-output")
+    editor.nvim.command("SidekickOutput /(\\)/")
+    assert "bad filter /(\\)/: Unmatched \\) (E55)" in editor.notifications()[-1]
+    assert editor.lines(buf)[0] == "some-output"
+    assert "filter /some/" in editor.lua("return vim.wo.winbar")
 
 
 def test_finished_task_and_bad_arguments(editor):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from sidekick_tools.tasks.model import Task, TaskStatus
@@ -24,8 +26,8 @@ from tests.integration.ui_helpers import (
 pytestmark = pytest.mark.integration
 
 
-def open_tasks(editor, args: str = "") -> int:
-    editor.nvim.command(f"SidekickTasks {args}".strip())
+def open_tasks(editor, args: str = "", bang: bool = False) -> int:
+    editor.nvim.command(f"SidekickTasks{'!' if bang else ''} {args}".strip())
     buf = current_buf(editor)
     assert editor.lua("return vim.bo[...].filetype", buf) == "sidekick_tasks"
     return buf
@@ -172,7 +174,7 @@ def test_ten_thousand_stored_tasks_open_one_page(editors, tmp_path):
     store.close()
     editor = editors()
     editor.setup(tasks_window={"page_size": 50})
-    buf = open_tasks(editor, "all")
+    buf = open_tasks(editor, "all", bang=True)
     lines = editor.lines(buf)
     assert len(lines) == 1 + 50
     assert lines[0] == "Tasks · every Neovim · any status · 1-50 of 10000 · page 1/200 · ? help"
@@ -190,7 +192,7 @@ def test_ten_thousand_stored_tasks_open_one_page(editors, tmp_path):
     assert "0 of 0" in lines[0]
     # page size follows the window when not configured
     editor.setup()
-    open_tasks(editor, "all")
+    open_tasks(editor, "all", bang=True)
     height = editor.lua("return vim.api.nvim_win_get_height(0)")
     assert len(editor.lines(buf)) == min(100, height - 1) + 1
 
@@ -219,3 +221,265 @@ def test_statusline_counts_running_and_unseen_failures(editor):
     wait_for(lambda: editor.lua("return require('sidekick_tools').statusline()") == "✗ 1")
     editor.nvim.command("SidekickTasks")
     assert editor.lua("return require('sidekick_tools').statusline()") == ""
+
+
+def hl_text(editor, buf: int, row: int, group: str) -> list[str]:
+    """Text of `row` covered by highlight `group` in the tasks window."""
+    return editor.lua(
+        "local buf, row, group = ...\n"
+        "local ns = vim.api.nvim_create_namespace('sidekick_tools_tasks')\n"
+        "local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1]\n"
+        "local out = {}\n"
+        "for _, m in ipairs(vim.api.nvim_buf_get_extmarks(buf, ns, {row, 0}, {row, -1},"
+        " { details = true })) do\n"
+        "  if m[4].hl_group == group then table.insert(out, line:sub(m[3] + 1, m[4].end_col)) end\n"
+        "end\n"
+        "return out",
+        buf,
+        row,
+        group,
+    )
+
+
+def test_the_list_shows_the_command_then_the_purpose_dimmed(editor):
+    fake_agent = str(Path(__file__).with_name("fake_agent.py"))
+    editor.setup(agents={"helper": {"cmd": [sys.executable, fake_agent, "--mode", "plain"]}})
+    editor.open_chat(
+        chat(
+            call_block(
+                "run_terminal_command", {"command": "echo hi", "purpose": "Say hello"}, "c1"
+            ),
+            call_block("use_agent", {"agent": "helper", "message": "tidy the docs"}, "a1"),
+            call_block(  # not a safe command: the chain stops before it, it runs by hand
+                "run_terminal_command", {"command": "true " + "x" * 80, "purpose": "Long"}, "c2"
+            ),
+        )
+    )
+    editor.run_tool(HEADER_ROW + 1)
+    editor.wait_text("```result id=c1 status=completed")
+    editor.run_tool(editor.lines().index("```tool use_agent id=a1") + 1)
+    editor.wait_text("```result id=a1 status=completed")
+    editor.run_tool(editor.lines().index("```tool run_terminal_command id=c2") + 1)
+    editor.wait_text("```result id=c2 status=completed")
+    buf = open_tasks(editor)
+    lines = editor.lines(buf)
+    cmd_row = next(i for i, ln in enumerate(lines) if "echo hi" in ln)
+    assert lines[cmd_row].endswith("  echo hi  Say hello")
+    assert hl_text(editor, buf, cmd_row, "SidekickTasksDim") == ["Say hello"]
+    agent_row = next(i for i, ln in enumerate(lines) if "use_agent" in ln)
+    assert lines[agent_row].endswith("  helper: tidy the docs")
+    assert hl_text(editor, buf, agent_row, "SidekickTasksDim") == []
+    # a long command is cut, so its purpose stays in view
+    long_row = next(i for i, ln in enumerate(lines) if "xxx" in ln)
+    assert lines[long_row].endswith("  true " + "x" * 54 + "…  Long")
+
+
+def run_in_a_first_editor(editors, text: str, call_id: str, name: str) -> str:
+    """A first Neovim runs call `call_id` of chat `name` to its end, saves, quits."""
+    from tests.integration.conftest import quit_nvim
+
+    first = editors()
+    first.setup()
+    first.open_chat(text, name=name)
+    first.run_tool(HEADER_ROW + 1)
+    first.wait_text(f"```result id={call_id} status=completed")
+    token = first.lua("return require('sidekick_tools').list_tasks()")[0]["id"]
+    first.nvim.command("write")
+    quit_nvim(first)
+    return token
+
+
+def test_this_neovims_tasks_every_neovims_and_the_chats_opened_after_a_restart(editors):
+    text = chat(call_block("run_terminal_command", {"command": "echo before"}, "c1"))
+    token = run_in_a_first_editor(editors, text, "c1", "old.sidekick.md")
+    editor = editors()
+    editor.setup()
+    buf = open_tasks(editor)
+    lines = editor.lines(buf)
+    assert lines[0].startswith("Tasks · this Neovim · any status · 0 of 0")
+    # every Neovim's: the first one's task is there
+    open_tasks(editor, bang=True)
+    lines = editor.lines(buf)
+    assert lines[0].startswith("Tasks · every Neovim · any status · 1-1 of 1")
+    assert lines[1].startswith("✓ " + token)
+    # the scope key goes back to this Neovim's
+    editor.nvim.input("a")
+    wait_lines(
+        editor, buf, lambda ls: ls[0].startswith("Tasks · this Neovim") and "0 of 0" in ls[0]
+    )
+    # opening the chat that ran it makes it this Neovim's, without a key pressed
+    editor.nvim.command("wincmd p")
+    editor.nvim.command(f"edit {editor.workdir / 'old.sidekick.md'}")
+    lines = wait_lines(editor, buf, lambda ls: "1-1 of 1" in ls[0])
+    assert lines[0].startswith("Tasks · this Neovim · any status")
+    assert lines[1].startswith("✓ " + token)
+    # `all` is every status of this Neovim's tasks; ! with a status: every Neovim's
+    open_tasks(editor, "all")
+    assert editor.lines(buf)[0].startswith("Tasks · this Neovim · any status · 1-1 of 1")
+    open_tasks(editor, "failed", bang=True)
+    assert editor.lines(buf)[0].startswith("Tasks · every Neovim · failed · 0 of 0")
+    tasks = editor.lua("return require('sidekick_tools').list_tasks({ status = 'all' })")
+    assert [t["id"] for t in tasks] == [token]
+
+
+def result_body(editor, call_id: str, buf: int = 0) -> list[str]:
+    lines = editor.lines(buf)
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"```result id={call_id} "))
+    return lines[start + 1 : lines.index("```", start + 1)]
+
+
+COUNTING = "echo run >> runs.txt; wc -l < runs.txt"
+
+
+def test_rerun_replaces_the_result_block(editor):
+    editor.setup()
+    editor.open_chat(
+        chat(
+            call_block("run_terminal_command", {"command": COUNTING}, "c1"),
+            call_block("run_terminal_command", {"command": gated(editor.workdir / "go")}, "c2"),
+        )
+    )
+    chat_buf = current_buf(editor)
+    editor.run_tool(HEADER_ROW + 1)
+    editor.wait_text("```result id=c1 status=completed")
+    assert [ln.strip() for ln in result_body(editor, "c1")] == ["1"]
+    buf = open_tasks(editor)
+    editor.nvim.command("call cursor(2, 1)")
+    editor.nvim.input("r")
+    wait_for(lambda: [ln.strip() for ln in result_body(editor, "c1", chat_buf)] == ["2"])
+    assert editor.text(chat_buf).count("```result id=c1 ") == 1
+    wait_lines(
+        editor, buf, lambda ls: "1-2 of 2" in ls[0] and all(ln.startswith("✓ ") for ln in ls[1:])
+    )
+    # a call still running is not run twice
+    c2 = editor.lines(chat_buf).index("```tool run_terminal_command id=c2")
+    editor.lua(
+        "local buf, lnum = ...\nrequire('sidekick_tools').run_tool(buf, lnum)", chat_buf, c2 + 1
+    )
+    lines = wait_lines(editor, buf, lambda ls: any(ln.startswith("⟳ ") for ln in ls))
+    editor.nvim.command(
+        f"call cursor({next(i for i, ln in enumerate(lines) if ln.startswith('⟳ ')) + 1}, 1)"
+    )
+    editor.nvim.input("r")
+    wait_for(lambda: any("c2 is already running as task" in n for n in editor.notifications()))
+    (editor.workdir / "go").write_text("")
+    editor.wait_text("```result id=c2 status=completed", buf=chat_buf)
+    assert editor.text(chat_buf).count("```result id=c2 ") == 1
+
+
+def test_a_task_without_a_chat_call_cannot_be_rerun(editors, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    store = SqliteStore(str(state / "tasks.db"))
+    now = time.time()
+    store.insert_many(
+        [
+            Task(
+                id="abc123",
+                tool="run",
+                label="make test",
+                command="make test",
+                status=TaskStatus.FAILED,
+                exit_code=2,
+                owner="4242:an-agent",
+                created_at=now,
+                started_at=now,
+                ended_at=now + 1,
+            )
+        ]
+    )
+    store.close()
+    editor = editors()
+    editor.setup()
+    buf = open_tasks(editor, bang=True)
+    assert editor.lines(buf)[1].startswith("✗ abc123")
+    editor.nvim.command("call cursor(2, 1)")
+    editor.nvim.input("r")
+    notes = wait_for(editor.notifications)
+    assert "task abc123 was not started from a tool call in a chat; it cannot be rerun" in notes[0]
+
+
+def test_rerun_after_a_restart_loads_the_chat(editors):
+    text = chat(call_block("run_terminal_command", {"command": COUNTING}, "c1"))
+    run_in_a_first_editor(editors, text, "c1", "count.sidekick.md")
+    editor = editors()
+    editor.setup()
+    buf = open_tasks(editor, bang=True)
+    path = str(editor.workdir / "count.sidekick.md")
+    assert editor.lua("return vim.fn.bufloaded(...)", path) == 0
+    editor.nvim.command("call cursor(2, 1)")
+    editor.nvim.input("r")
+    chat_buf = wait_for(
+        lambda: (
+            editor.lua("return vim.fn.bufnr(...)", path) > 0
+            and editor.lua("return vim.fn.bufnr(...)", path)
+        )
+    )
+    wait_for(lambda: [ln.strip() for ln in result_body(editor, "c1", chat_buf)] == ["2"])
+    assert editor.lua("return vim.bo[...].modified", chat_buf) is True
+    assert current_buf(editor) == buf  # the list keeps the focus
+    assert any("call c1 runs again in count.sidekick.md" in n for n in editor.notifications())
+
+
+def test_failed_output_to_the_quickfix_list(editor):
+    editor.setup()
+    sub = editor.workdir / "sub" / "src"
+    sub.mkdir(parents=True)
+    (sub / "x.py").write_text("one\ntwo\nthree\nfour\n")
+    command = "echo building; echo 'src/x.py:3: boom'; echo 'noise' >&2; exit 1"
+    editor.open_chat(
+        chat(call_block("run_terminal_command", {"command": command, "cwd": "sub"}, "c1"))
+    )
+    editor.run_tool(HEADER_ROW + 1)
+    editor.wait_text("```result id=c1 status=failed exit=1")
+    token = editor.lua("return require('sidekick_tools').list_tasks()")[0]["id"]
+    chat_buf = current_buf(editor)
+    tasks_buf = open_tasks(editor)
+    editor.nvim.command("call cursor(2, 1)")
+    editor.nvim.input("Q")
+    wait_for(lambda: editor.lua("return vim.bo.buftype") == "quickfix")
+    qf = editor.lua("return vim.fn.getqflist({ title = 1, items = 1 })")
+    assert qf["title"].startswith(f"sidekick task {token} failed, exit 1")
+    assert qf["title"].endswith(": " + command)
+    texts = [i["text"].strip() for i in qf["items"]]
+    assert texts == ["building", "boom", "noise"]
+    valid = [i for i in qf["items"] if i["valid"] == 1]
+    assert len(valid) == 1 and valid[0]["lnum"] == 3
+    editor.nvim.command("call cursor(2, 1)")
+    editor.nvim.input("<CR>")
+    wait_for(lambda: editor.lua("return vim.api.nvim_buf_get_name(0)") == str(sub / "x.py"))
+    assert editor.lua("return vim.api.nvim_win_get_cursor(0)[1]") == 3
+    # it opened where the chat was, and the task list is still there
+    assert editor.lua("return vim.fn.bufwinid(...)", tasks_buf) != -1
+    assert editor.lua("return vim.fn.bufwinid(...)", chat_buf) == -1
+    assert editor.lua("return vim.fn.getcwd()") == str(editor.workdir)
+
+
+def test_jump_shows_the_whole_block_near_the_top(editor):
+    editor.setup()
+    filler = "\n".join(f"line {i}" for i in range(60))
+    editor.open_chat(
+        "USER: hi\n\nASSISTANT: Sure.\n"
+        + filler
+        + "\n\n"
+        + call_block("run_terminal_command", {"command": "seq 1 5"}, "c1")
+        + "\nmore text\n"
+        + filler
+        + "\n"
+    )
+    chat_buf = current_buf(editor)
+    header = editor.lines().index("```tool run_terminal_command id=c1") + 1
+    editor.run_tool(header)
+    editor.wait_text("```result id=c1 status=completed")
+    end = next(i + 1 for i, ln in enumerate(editor.lines()) if i + 1 > header + 3 and ln == "```")
+    open_tasks(editor)
+    editor.lua("vim.api.nvim_win_set_cursor(vim.fn.bufwinid(...), {1, 0})", chat_buf)
+    editor.nvim.command("call cursor(2, 1)")
+    editor.nvim.input("gd")
+    wait_for(lambda: current_buf(editor) == chat_buf)
+    view = editor.lua(
+        "return { top = vim.fn.line('w0'), bot = vim.fn.line('w$'), cur = vim.fn.line('.') }"
+    )
+    assert view["cur"] == header
+    assert view["top"] <= header <= view["top"] + 2, view
+    assert end <= view["bot"], (end, view)

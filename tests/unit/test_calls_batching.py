@@ -1,4 +1,5 @@
-"""CallRunner writes results that arrive together in one edit of the buffer.
+"""The call layer's writer puts results that arrive together into one edit of
+the buffer, and its chain runs a call once the host's reply is sent.
 
 The port is a stand-in for Neovim: a BufferMirror it edits itself, extmark rows
 found by the call's header line, and a record of every edit applied.
@@ -10,9 +11,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from sidekick_tools import calls
 from sidekick_tools.buffers import BufferMirror
 from sidekick_tools.calls import CallRunner, Tracked
+from sidekick_tools.calls import chain as chain_mod
+from sidekick_tools.calls import writer as writer_mod
 from sidekick_tools.chat import parse
 from sidekick_tools.config import Config
 from sidekick_tools.tools.base import ToolResult
@@ -70,13 +72,13 @@ class Tasks:
 
 async def write_staggered(gap: float, monkeypatch: pytest.MonkeyPatch) -> Port:
     """The first result, then the others one loop turn apart, as tasks end."""
-    monkeypatch.setattr(calls, "WRITE_GAP", gap)
+    monkeypatch.setattr(writer_mod, "WRITE_GAP", gap)
     port = Port(chat_lines(N))
     runner = CallRunner(port, Tasks(), Config())
     writes = []
     for i in range(N):
         tracked = Tracked(BUF, i, f"c{i}", "run_terminal_command", "chat.sidekick.md")
-        writes.append(asyncio.ensure_future(runner._write(tracked, ToolResult.ok(f"out {i}"))))
+        writes.append(runner.writer.write(tracked, ToolResult.ok(f"out {i}")))
         await asyncio.sleep(0)
     assert await asyncio.gather(*writes) == [True] * N
     return port
@@ -115,13 +117,13 @@ async def test_a_gated_call_shows_running_and_starts_when_the_gate_opens(monkeyp
             started.append(params)
             return ToolResult.ok("done")
 
-    monkeypatch.setattr(calls.tools, "get_tool", lambda name: Tool())
+    monkeypatch.setattr(chain_mod.tools, "get_tool", lambda name: Tool())
     mirror = port.mirrors[BUF]
     call = mirror.chat().calls[0]
     tracked = Tracked(BUF, 0, "c0", "run_terminal_command", "chat.sidekick.md")
     gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     run = asyncio.ensure_future(
-        runner._run_call(tracked, "/", explicit=False, found=(mirror, call), gate=gate)
+        runner.chain.run_one(tracked, "/", explicit=False, found=(mirror, call), gate=gate)
     )
     for _ in range(10):
         await asyncio.sleep(0)

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from sidekick_tools.mcp import face as face_mod
 from sidekick_tools.mcp.face import Face, UnknownTool, client_chat
-from sidekick_tools.mcp.masking import MASK, mask_secrets
 from sidekick_tools.mcp.progress import ProgressReporter
 from sidekick_tools.mcp.settings import (
     CONFIG_NAME,
@@ -19,6 +18,7 @@ from sidekick_tools.mcp.settings import (
     load,
     parse_args,
 )
+from sidekick_tools.secrets_mask import REPLACEMENT, mask
 from sidekick_tools.tasks.manager import TaskSpec
 
 from tests.conftest import until
@@ -37,7 +37,10 @@ from tests.unit.task_tools_support import make_manager
     ],
 )
 def test_key_formats_are_masked(secret):
-    assert mask_secrets(f"before {secret} after") == f"before {MASK} after"
+    """The MCP face answers through the plugin's one masker (secrets_mask.py)."""
+    masked = mask(f"before {secret} after")
+    assert secret not in masked and REPLACEMENT in masked
+    assert masked.startswith("before ") and masked.endswith(" after")
 
 
 def test_assignments_and_private_keys_are_masked_and_json_stays_json():
@@ -47,17 +50,24 @@ def test_assignments_and_private_keys_are_masked_and_json_stays_json():
             "b3BlbnNzaA\n-----END OPENSSH PRIVATE KEY-----\nend"
         }
     )
-    masked = mask_secrets(text)
+    masked = mask(text)
     out = json.loads(masked)["out"]
     assert "hunter2" not in out and "abc123" not in out and "b3BlbnNzaA" not in out
-    assert out == f"DB_PASSWORD={MASK} x\ntoken = {MASK}\n{MASK}\nend"
+    assert out == (
+        f"DB_PASSWORD={REPLACEMENT} x\ntoken = {REPLACEMENT}\n"
+        f"-----BEGIN OPENSSH PRIVATE KEY-----\n{REPLACEMENT}\n"
+        "-----END OPENSSH PRIVATE KEY-----\nend"
+    )
+    # an escaped quote after a secret value stays escaped
+    quoted = json.dumps({"cmd": 'curl -d "password=abc" x'})
+    assert json.loads(mask(quoted))["cmd"] == f'curl -d "password={REPLACEMENT}" x'
 
 
 @pytest.mark.parametrize(
     "text", ["disk-usage-report-for-today", "task=abc123 exit=0", "a risk-free sk- prefix", ""]
 )
 def test_ordinary_text_is_left_alone(text):
-    assert mask_secrets(text) == text
+    assert mask(text) == text
 
 
 def test_state_dir_precedence(tmp_path, monkeypatch):

@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 from sidekick_tools.config import DEFAULT_SAFE_COMMANDS, AutoAcceptConfig, Config, TasksConfig
+from sidekick_tools.tools import command_policy
 from sidekick_tools.tools import run_terminal_command as rtc
 from sidekick_tools.tools.base import ToolContext
+from sidekick_tools.tools.command_table import table_for
 
 TOOL = rtc.TOOL
 
@@ -132,7 +134,27 @@ def make_ctx(tmp_path, manager, threshold=5.0, safe=DEFAULT_SAFE_COMMANDS):
     )
 
 
-# ---------------------------------------------------- safe-prefix predicate
+# ------------------------------------------------ the auto-accept predicate
+# (the full table of forms is tests/unit/test_command_policy.py)
+
+
+@pytest.fixture
+def fake_bin(tmp_path):
+    """A PATH directory with stand-ins for programs this machine may lack."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("make", "npm", "pytest", "anything"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    return str(bin_dir)
+
+
+def is_safe(command, safe=DEFAULT_SAFE_COMMANDS, root=None, path=None):
+    root = root or os.getcwd()
+    environ = {"PATH": os.pathsep.join(filter(None, [path, os.environ.get("PATH", "")]))}
+    table = table_for(safe, {})
+    return command_policy.check(command, None, str(root), table, environ).approved
+
 
 # Every operator DESIGN §7 names, plus the other spellings they cover.
 OPERATORS = [
@@ -179,11 +201,11 @@ POSITIONS = [
 
 @pytest.mark.parametrize("op", OPERATORS, ids=repr)
 @pytest.mark.parametrize("position", POSITIONS)
-def test_shell_control_anywhere_is_never_safe(op, position):
+def test_shell_control_anywhere_is_never_safe(tmp_path, op, position):
     command = position.replace("{op}", op)
-    assert rtc.is_safe_command(command, DEFAULT_SAFE_COMMANDS) is False
-    # even with a trailing/leading space or a permissive prefix list
-    assert rtc.is_safe_command(" " + command + " ", ["ls", "git", "echo", "cat"]) is False
+    assert is_safe(command, root=tmp_path) is False
+    # even with a trailing/leading space or a permissive list
+    assert is_safe(" " + command + " ", ["ls", "git", "echo", "cat"], root=tmp_path) is False
 
 
 @pytest.mark.parametrize(
@@ -208,8 +230,8 @@ def test_shell_control_anywhere_is_never_safe(op, position):
     ],
     ids=repr,
 )
-def test_expansions_and_control_characters_are_never_safe(command):
-    assert rtc.is_safe_command(command, DEFAULT_SAFE_COMMANDS) is False
+def test_expansions_and_control_characters_are_never_safe(tmp_path, command):
+    assert is_safe(command, root=tmp_path) is False
 
 
 @pytest.mark.parametrize(
@@ -219,7 +241,6 @@ def test_expansions_and_control_characters_are_never_safe(command):
         "ls -la",
         "  ls -la  ",
         "ls\t-la",
-        "ls src/*.py",
         "pwd",
         "cat README.md",
         "echo hi",
@@ -236,12 +257,11 @@ def test_expansions_and_control_characters_are_never_safe(command):
         "git\tstatus",
         "git diff HEAD~1",
         "git log --oneline -n 3",
-        "ls ~",
-        "echo a=b # comment",
+        "git show HEAD",  # git show became a default safe form
     ],
 )
-def test_default_safe_commands(command):
-    assert rtc.is_safe_command(command, DEFAULT_SAFE_COMMANDS) is True
+def test_default_safe_commands(tmp_path, command):
+    assert is_safe(command, root=tmp_path) is True
 
 
 @pytest.mark.parametrize(
@@ -249,7 +269,6 @@ def test_default_safe_commands(command):
     [
         "lsblk",
         "git branch -D main",
-        "git show HEAD",
         "ls-files",
         "lsof -i",
         "pwdx 1",
@@ -281,17 +300,21 @@ def test_default_safe_commands(command):
         "(ls)",
         "{ ls; }",
         "!ls",
+        # refused since the allow-list of forms: a glob, ~ and a comment are expansions
+        "ls src/*.py",
+        "ls ~",
+        "echo a=b # comment",
     ],
 )
-def test_not_a_safe_prefix(command):
-    assert rtc.is_safe_command(command, DEFAULT_SAFE_COMMANDS) is False
+def test_not_a_safe_command(tmp_path, command):
+    assert is_safe(command, root=tmp_path) is False
 
 
 @pytest.mark.parametrize(
     "command, safe",
     [
         ("make test", True),
-        ("make test -j4", True),
+        ("make test -j4", False),  # an exact entry takes nothing more
         ("make", False),
         ("make testing", False),
         ("make install", False),
@@ -301,19 +324,21 @@ def test_not_a_safe_prefix(command):
         ("anything", False),
     ],
 )
-def test_configured_multi_word_prefixes(command, safe):
-    prefixes = ["make test", "  npm   run  lint ", "", "   ", "ok; rm"]
-    assert rtc.is_safe_command(command, prefixes) is safe
+def test_configured_exact_commands(tmp_path, fake_bin, command, safe):
+    entries = ["make test", "  npm   run  lint ", "", "   ", "ok; rm"]
+    assert is_safe(command, entries, root=tmp_path, path=fake_bin) is safe
 
 
-def test_empty_prefix_list_accepts_nothing():
-    assert rtc.is_safe_command("ls", []) is False
-    assert rtc.is_safe_command("ls", None) is False
+def test_empty_list_accepts_nothing(tmp_path):
+    assert is_safe("ls", [], root=tmp_path) is False
+    assert is_safe("ls", None, root=tmp_path) is False
 
 
-def test_auto_accept_uses_configured_prefixes(tmp_path):
+def test_auto_accept_uses_configured_entries(tmp_path, fake_bin, monkeypatch):
+    monkeypatch.setenv("PATH", fake_bin + os.pathsep + os.environ["PATH"])
     ctx = make_ctx(tmp_path, None, safe=["pytest -q"])
-    assert TOOL.auto_accept({"command": "pytest -q tests"}, ctx) is True
+    assert TOOL.auto_accept({"command": "pytest -q"}, ctx) is True
+    assert TOOL.auto_accept({"command": "pytest -q tests"}, ctx) is False
     assert TOOL.auto_accept({"command": "ls"}, ctx) is False
     assert TOOL.auto_accept({"command": "pytest -q; rm x"}, ctx) is False
     assert TOOL.auto_accept({"command": 3}, ctx) is False
@@ -540,6 +565,73 @@ async def test_queued_task_wording(tmp_path):
     assert res.body.startswith("Still queued after 1s as task q00001 (the concurrency limit")
     res = await TOOL.run({"command": "make", "async": True}, ctx)
     assert res.body.startswith("Started in the background as task q00001, queued")
+
+
+# ------------------------------------------------- calls the policy approved
+
+
+def auto_ctx(tmp_path, manager, timeout=120.0, has_policy=False, **kw):
+    ctx = make_ctx(tmp_path, manager, **kw)
+    ctx.config.auto_accept.timeout = timeout
+    ctx.config.auto_accept.has_policy = has_policy
+    ctx.auto = True
+    return ctx
+
+
+async def test_an_auto_run_command_runs_as_checked(tmp_path, manager):
+    ctx = auto_ctx(tmp_path, manager)
+    (tmp_path / "work" / "a b.txt").write_text("inside\n")
+    res = await TOOL.run({"command": "cat 'a b.txt'", "purpose": "show"}, ctx)
+    assert (res.status, res.body) == ("completed", "inside")
+    spec = manager.specs[0]
+    assert spec.command.startswith("exec /") and spec.command.endswith("/cat 'a b.txt'")
+    assert spec.label == "show"
+    assert spec.timeout == 120.0
+
+
+async def test_an_auto_run_command_gets_the_auto_timeout(tmp_path, manager):
+    """tail -f never ends by itself: approved unasked, it stops at auto_accept.timeout."""
+    ctx = auto_ctx(tmp_path, manager, timeout=0.3)
+    (tmp_path / "work" / "log").write_text("line\n")
+    res = await TOOL.run({"command": "tail -f log", "async": False}, ctx)
+    assert res.status == "failed" and res.fields["reason"] == "timeout"
+    assert res.body.startswith("line")
+    assert manager.specs[0].timeout == 0.3
+
+
+@pytest.mark.parametrize("asked, limit, expected", [(5, 120, 5), (500, 120, 120), (5, 0, 5)])
+async def test_the_smaller_timeout_wins(tmp_path, manager, asked, limit, expected):
+    ctx = auto_ctx(tmp_path, manager, timeout=limit)
+    await TOOL.run({"command": "echo hi", "timeout_seconds": asked}, ctx)
+    assert manager.specs[0].timeout == expected
+
+
+async def test_a_command_run_by_hand_runs_as_written_without_the_auto_timeout(tmp_path, manager):
+    ctx = make_ctx(tmp_path, manager)
+    ctx.config.auto_accept.timeout = 0.1
+    res = await TOOL.run({"command": "echo a; echo b"}, ctx)
+    assert (res.status, res.body) == ("completed", "a\nb")
+    assert manager.specs[0].command == "echo a; echo b"
+    assert manager.specs[0].timeout is None
+
+
+async def test_an_auto_run_call_that_no_longer_passes_is_not_run(tmp_path, manager):
+    """The text changed between the decision and the run: nothing starts."""
+    ctx = auto_ctx(tmp_path, manager)
+    res = await TOOL.run({"command": "echo hi > x"}, ctx)
+    assert res.status == "failed" and res.body.startswith("Not run:")
+    assert "redirection" in res.body
+    assert manager.specs == []
+    assert not (tmp_path / "work" / "x").exists()
+
+
+async def test_a_user_policy_function_may_approve_any_command(tmp_path, manager):
+    """Approved by the user's Lua policy: runs as written, still under the auto timeout."""
+    ctx = auto_ctx(tmp_path, manager, timeout=60, has_policy=True)
+    res = await TOOL.run({"command": "echo a && echo b"}, ctx)
+    assert (res.status, res.body) == ("completed", "a\nb")
+    assert manager.specs[0].command == "echo a && echo b"
+    assert manager.specs[0].timeout == 60
 
 
 # ------------------------------------------------------------ result_from_task

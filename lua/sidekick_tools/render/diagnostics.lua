@@ -6,11 +6,27 @@ local M = {}
 
 local S = vim.diagnostic.severity
 
--- A call's diagnostic marks its whole block, so it has no range worth
--- underlining; the underline handler would only cost time (it re-lays its
--- extmarks on every edit of the chat). Users may turn it back on with
--- vim.diagnostic.config({ underline = true }, vim.api.nvim_create_namespace("sidekick_tools")).
-vim.diagnostic.config({ underline = false }, bridge.ns)
+--- Configure the plugin's own namespace from option `ui`, so the states show
+--- whatever the user's global diagnostic settings are (Neovim 0.11 turned
+--- virtual text off by default). A call's diagnostic marks its whole block, so
+--- it has no range worth underlining; the underline handler would only cost
+--- time (it re-lays its extmarks on every edit of the chat).
+function M.configure()
+  local ui = require("sidekick_tools.config").current.ui or {}
+  local function handler(value)
+    if value == nil then
+      return true
+    end
+    return value
+  end
+  vim.diagnostic.config({
+    virtual_text = handler(ui.virtual_text),
+    signs = handler(ui.signs),
+    underline = false,
+  }, bridge.ns)
+end
+
+M.configure()
 
 M.glyphs = {
   pending = "▶",
@@ -42,6 +58,8 @@ local function elapsed(started_at, now)
   return string.format("%dh%02dm", math.floor(secs / 3600), math.floor(secs % 3600 / 60))
 end
 M.elapsed = elapsed
+
+local DENIED_BY = { user = "denied by you", policy = "denied by the policy" }
 
 --- The diagnostic message for one call state (DESIGN §5 table).
 ---@param st sidekick_tools.CallState
@@ -77,6 +95,9 @@ function M.message(st, now)
   local detail = st.detail
   if not detail or detail == "" then
     detail = st.state
+  end
+  if st.state == "denied" then -- detail: who denied it (the result's reason=)
+    detail = DENIED_BY[detail] or (detail ~= "denied" and ("denied, " .. detail)) or "denied"
   end
   return string.format("%s %s: %s", glyph, tool, detail)
 end

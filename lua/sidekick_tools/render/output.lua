@@ -569,14 +569,7 @@ function M.set_filter(v, pattern)
   if pattern == "" then
     pattern = nil
   end
-  local rx
-  if pattern then
-    local ok, res = pcall(vim.regex, pattern)
-    if not ok then
-      error("sidekick_tools: bad filter /" .. pattern .. "/: " .. tostring(res), 0)
-    end
-    rx = res
-  end
+  local rx = pattern and util.regex(pattern, "filter") -- a bad one keeps the filter shown
   v.filter, v.rx = pattern, rx
   redraw(v)
 end
@@ -668,6 +661,7 @@ function M.open(opts)
       return buf
     end
   end
+  local rx = opts.filter and util.regex(opts.filter, "filter") -- nothing opened on a bad one
   local task = util.clean(require("sidekick_tools.host").request("get_task", opts.token))
   if not task then
     error("sidekick_tools: no task " .. opts.token .. " (unknown or expired)", 0)
@@ -710,12 +704,7 @@ function M.open(opts)
   })
   open_window(buf)
   set_keymaps(v)
-  if opts.filter then
-    local ok, rx = pcall(vim.regex, opts.filter)
-    if not ok then
-      vim.api.nvim_buf_delete(buf, { force = true })
-      error("sidekick_tools: bad filter /" .. opts.filter .. "/: " .. tostring(rx), 0)
-    end
+  if rx then
     v.filter, v.rx = opts.filter, rx
   end
   redraw(v)
@@ -766,6 +755,14 @@ function M.token_under_cursor()
   return token
 end
 
+--- The newest of this Neovim's tasks (the ones it started and those of the
+--- chats loaded in it), or nil.
+function M.latest_token()
+  local tasks =
+    require("sidekick_tools.host").request("list_tasks", { limit = 1, chats = util.chat_names() })
+  return tasks[1] and tasks[1].id or nil
+end
+
 --- :SidekickOutput [TOKEN] [/regex/]
 function M.open_from_args(_, args)
   local token, filter = M.parse_args(args)
@@ -774,12 +771,12 @@ function M.open_from_args(_, args)
     M.set_filter(current, filter)
     return current.buf
   end
-  token = token or M.token_under_cursor()
+  if filter then
+    util.regex(filter, "filter") -- said before anything is looked up or opened
+  end
+  token = token or M.token_under_cursor() or M.latest_token()
   if not token then
-    error(
-      "sidekick_tools: no task under the cursor; give a token: :SidekickOutput TOKEN [/regex/]",
-      0
-    )
+    error("sidekick_tools: no task under the cursor, and none yet in this Neovim", 0)
   end
   return M.open({ token = token, filter = filter })
 end

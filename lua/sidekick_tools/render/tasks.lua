@@ -118,15 +118,32 @@ function M.origin(t)
   return ""
 end
 
-local function label_of(t)
-  local label = t.label
-  if not label or label == "" then
-    label = t.command or ""
+local function one_line(s)
+  return (s:gsub("\n", " ⏎ "))
+end
+
+local WHAT_CHARS = 60 -- a longer command is cut when a purpose or progress follows it
+
+--- What the task runs, and the purpose its call gave (shown dimmed after it):
+--- the command; for an agent, the agent and its message.
+---@return string what, string purpose
+local function what_of(t)
+  local command, label = t.command or "", t.label or ""
+  local what, purpose = command, ""
+  if t.tool == "use_agent" or command == "" then
+    what = label ~= "" and label or command
+  elseif label ~= command then
+    purpose = label
   end
-  if t.status == "running" and t.progress_text and t.progress_text ~= "" then
-    label = label .. "  · " .. t.progress_text
+  what = one_line(what)
+  local progress = t.status == "running" and t.progress_text or ""
+  if (purpose ~= "" or progress ~= "") and vim.fn.strchars(what) > WHAT_CHARS then
+    what = vim.fn.strcharpart(what, 0, WHAT_CHARS - 1) .. "…" -- what follows stays in view
   end
-  return (label:gsub("\n", " ⏎ "))
+  if progress ~= "" then
+    what = what .. "  · " .. one_line(progress)
+  end
+  return what, one_line(purpose)
 end
 
 local function width(s)
@@ -181,9 +198,9 @@ function M.lines(v, now)
       time = time_text(t, now),
       bar = progress_text(t),
       exit = exit_text(t),
-      label = label_of(t),
       origin = M.origin(t),
     }
+    c.what, c.purpose = what_of(t)
     cells[i] = c
     cols.origin = math.max(cols.origin, width(c.origin))
     cols.tool = math.max(cols.tool, math.min(24, width(c.tool)))
@@ -218,7 +235,11 @@ function M.lines(v, now)
       table.insert(segs, { pad(c.exit, cols.exit), util.status_hl[t.status] })
     end
     table.insert(segs, { "  " })
-    table.insert(segs, { c.label })
+    table.insert(segs, { c.what })
+    if c.purpose ~= "" then
+      table.insert(segs, { "  " })
+      table.insert(segs, { c.purpose, "SidekickTasksDim" })
+    end
     local text, col = {}, 0
     for _, s in ipairs(segs) do
       table.insert(text, s[1])
@@ -328,7 +349,12 @@ function M.refresh()
   end
   local keep = cursor_token(v)
   local size = page_size(v)
-  local opts = { all = v.all, limit = size, offset = v.offset }
+  local opts = { limit = size, offset = v.offset }
+  if v.all then
+    opts.owner = "any"
+  else
+    opts.chats = util.chat_names()
+  end
   if v.status ~= "" then
     opts.status = v.status
   end
@@ -434,6 +460,13 @@ function M.token_at_cursor()
   return t and t.id or nil
 end
 
+--- A chat was opened: "this Neovim's tasks" now include its tasks.
+function M.chats_changed()
+  if visible(view) and not view.all then
+    schedule_refresh(view)
+  end
+end
+
 function M.is_tasks_buffer(buf)
   return view ~= nil and valid(view) and view.buf == (buf or vim.api.nvim_get_current_buf())
 end
@@ -468,6 +501,45 @@ local function chat_window(buf)
   end
   vim.cmd("aboveleft split")
   return vim.api.nvim_get_current_win()
+end
+
+--- Row (1-based) of the last line of the block whose header is at `row`: its
+--- result's closing fence when it has one, else its own.
+function M.block_end(buf, row)
+  local lines = vim.api.nvim_buf_get_lines(buf, row - 1, -1, false)
+  local function closing(from)
+    local fence = (lines[from] or ""):match("^(`+)")
+    if not fence then
+      return from
+    end
+    for i = from + 1, #lines do
+      local run = lines[i]:match("^(`+)%s*$")
+      if run and #run >= #fence then
+        return i
+      end
+    end
+    return #lines
+  end
+  local stop = closing(1)
+  if (lines[stop + 1] or ""):match("^`+result%s") then
+    stop = closing(stop + 1)
+  end
+  return row + stop - 1
+end
+
+--- Show the block whose header is at `row` in `win`: the header near the top
+--- (a line of context above it), as much of the block below it as fits.
+function M.show_block(win, row)
+  local buf = vim.api.nvim_win_get_buf(win)
+  local stop = M.block_end(buf, row)
+  local height = vim.api.nvim_win_get_height(win)
+  local top = math.max(1, row - 1)
+  if stop - top + 1 > height then
+    top = row
+  end
+  vim.api.nvim_win_call(win, function()
+    vim.fn.winrestview({ topline = top, lnum = row, col = 0, leftcol = 0 })
+  end)
 end
 
 --- Row (1-based) of the ```tool header with id=CALL_ID in BUF, or nil.
@@ -523,7 +595,7 @@ function M.jump(t)
   end
   local row = t.call_id and t.call_id ~= "" and M.call_row(buf, t.call_id)
   if row then
-    vim.api.nvim_win_set_cursor(win, { row, 0 })
+    M.show_block(win, row)
   else
     vim.notify(
       string.format("sidekick_tools: call %s is no longer in %s", t.call_id or "?", t.chat),
@@ -580,6 +652,90 @@ function actions.refresh()
   M.refresh()
 end
 
+function actions.rerun()
+  local t = need_task()
+  if t then
+    require("sidekick_tools").rerun(t.id)
+  end
+end
+
+local QUICKFIX_BYTES = 1024 * 1024 -- of each log, from its end
+
+--- Run `fn` with the current directory at `dir` (no autocommands), so the
+--- relative file names it hands to the quickfix list resolve where the task ran.
+local function in_dir(dir, fn)
+  if not dir or dir == "" or vim.fn.isdirectory(dir) == 0 then
+    return fn()
+  end
+  local ei = vim.o.eventignore
+  vim.o.eventignore = "all"
+  local prev = vim.fn.chdir(dir)
+  local ok, res = pcall(fn)
+  if prev ~= "" then
+    vim.fn.chdir(prev)
+  end
+  vim.o.eventignore = ei
+  if not ok then
+    error(res, 0)
+  end
+  return res
+end
+
+--- The task's output (stdout, then stderr) in the quickfix list, parsed with
+--- 'errorformat', so its file:line entries can be jumped to.
+function actions.quickfix()
+  local t = need_task()
+  if not t then
+    return
+  end
+  local parse = require("sidekick_tools.render.output").parse_line
+  local lines = {}
+  for _, path in ipairs({ t.log_path, t.stderr_path }) do
+    local st = {}
+    for _, raw in ipairs(vim.split(util.read_tail(path, QUICKFIX_BYTES), "\n", { plain = true })) do
+      table.insert(lines, (parse(raw, st)))
+    end
+    if lines[#lines] == "" then
+      table.remove(lines)
+    end
+  end
+  if #lines == 0 then
+    vim.notify("sidekick_tools: task " .. t.id .. " printed nothing", vim.log.levels.WARN)
+    return
+  end
+  local what = what_of(t)
+  local title = string.format("sidekick task %s", util.end_line(t):sub(7, -2))
+  if what ~= "" then
+    title = title .. ": " .. what
+  end
+  in_dir(t.cwd, function()
+    vim.fn.setqflist({}, " ", { title = title, lines = lines, efm = vim.o.errorformat })
+  end)
+  local valid = 0
+  for _, item in ipairs(vim.fn.getqflist()) do
+    if item.valid == 1 then
+      valid = valid + 1
+    end
+  end
+  -- opened from a window that shows a file, so its entries open there, not
+  -- in place of this list
+  local prev = vim.fn.win_getid(vim.fn.winnr("#"))
+  local wins = vim.list_extend({ prev }, vim.api.nvim_tabpage_list_wins(0))
+  for _, win in ipairs(wins) do
+    if win ~= 0 and vim.bo[vim.api.nvim_win_get_buf(win)].buftype == "" then
+      vim.api.nvim_set_current_win(win)
+      break
+    end
+  end
+  vim.cmd("botright copen")
+  if valid == 0 then
+    vim.notify(
+      "sidekick_tools: no file:line in task " .. t.id .. "'s output ('errorformat')",
+      vim.log.levels.WARN
+    )
+  end
+end
+
 function actions.next_page()
   local v = view
   local size = page_size(v)
@@ -614,6 +770,8 @@ M.descriptions = {
   jump = "jump to the tool call in its chat",
   filter = "cycle the status filter",
   scope = "this Neovim's / every Neovim's tasks",
+  rerun = "run the task's tool call again",
+  quickfix = "its output to the quickfix list",
   refresh = "reload",
   next_page = "next (older) page",
   prev_page = "previous (newer) page",
@@ -623,7 +781,9 @@ M.descriptions = {
 local ORDER = {
   "output",
   "halt",
+  "rerun",
   "jump",
+  "quickfix",
   "filter",
   "scope",
   "next_page",
@@ -756,7 +916,8 @@ local function create_view()
 end
 
 --- Open (or focus) the tasks window.
----@param opts table|nil { status = "running"|"completed"|"failed"|"cancelled"|"queued"|"all"|nil }
+---@param opts table|nil { status = "running"|"completed"|"failed"|"cancelled"|"queued"|"all"|nil,
+---  all = boolean (every Neovim's tasks) }
 function M.open(opts)
   opts = opts or {}
   vim.validate({ status = { opts.status, "string", true } })
@@ -780,7 +941,7 @@ function M.open(opts)
       vim.api.nvim_set_current_win(win)
     end
   end
-  view.all = status == "all" or opts.all == true
+  view.all = opts.all == true
   view.status = (status == "all") and "" or status
   view.offset = 0
   require("sidekick_tools.render.statusline").seen()

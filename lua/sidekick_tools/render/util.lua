@@ -94,6 +94,83 @@ function M.end_line(task)
   return string.format("[task %s %s]", task.id, table.concat(parts, ", "))
 end
 
+--- Names of the loaded chat buffers: what a task list passes as `chats`, so
+--- that "this Neovim's tasks" include those of the chats open in it (after a
+--- restart, their tasks belong to the Neovim that ran them).
+---@return string[]
+function M.chat_names()
+  local out = {}
+  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+    local name = vim.api.nvim_buf_get_name(buf)
+    if vim.api.nvim_buf_is_loaded(buf) and name:match("%.sidekick%.md$") then
+      table.insert(out, name)
+    end
+  end
+  return out
+end
+
+--- The loaded buffer named `name` (a full path), if any.
+---@return integer|nil
+function M.buffer_named(name)
+  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(buf) and vim.api.nvim_buf_get_name(buf) == name then
+      return buf
+    end
+  end
+end
+
+--- Up to `max` bytes from the end of file `path`, cut at a line start; "" when
+--- the file is missing or empty.
+---@param path string|nil
+---@param max integer
+---@return string
+function M.read_tail(path, max)
+  local uv = vim.uv or vim.loop
+  if not path then
+    return ""
+  end
+  local fd = uv.fs_open(path, "r", 384)
+  if not fd then
+    return ""
+  end
+  local stat = uv.fs_fstat(fd)
+  local size = stat and stat.size or 0
+  local offset = math.max(0, size - max)
+  local data = size > 0 and uv.fs_read(fd, size - offset, offset) or ""
+  uv.fs_close(fd)
+  if offset > 0 then
+    data = data:gsub("^[^\n]*\n", "", 1)
+  end
+  return data or ""
+end
+
+--- vim.regex(pattern), or an error in one line that says which pattern and
+--- why (Vim's own text, without the "couldn't parse regex: Vim:" wrapping).
+---@param pattern string
+---@param what string|nil what the pattern is for, e.g. "filter"
+function M.regex(pattern, what)
+  local ok, rx = pcall(vim.regex, pattern)
+  if ok then
+    return rx
+  end
+  local raw = tostring(rx)
+  local code, text = raw:match("(E%d+): (.*)$")
+  text = (text or raw:gsub("^.-regex: ", ""):gsub("^Vim:", "")):gsub("%%s", "")
+  if code == "E769" then
+    text = "a [ is never closed by ]"
+  end
+  error(
+    string.format(
+      "sidekick_tools: bad %s /%s/: %s%s",
+      what or "regex",
+      pattern,
+      text,
+      code and (" (" .. code .. ")") or ""
+    ),
+    0
+  )
+end
+
 --- Keys of a keymap option: a string, a list of strings, or false/"" for none.
 ---@return string[]
 function M.keys(value)

@@ -33,10 +33,14 @@ DEFAULT_SAFE_COMMANDS = (
     "which",
     "date",
     "whoami",
+    "grep",
     "git status",
     "git diff",
     "git log",
+    "git show",
+    "git branch",
 )
+DEFAULT_AUTO_TIMEOUT = 120.0  # seconds an auto-approved command may run (DESIGN §12)
 
 
 @dataclass
@@ -70,7 +74,11 @@ class AgentConfig:
 @dataclass
 class AutoAcceptConfig:
     tools: tuple[str, ...] = DEFAULT_AUTO_TOOLS
+    # names of safe forms (tools/command_table.py) or exact commands
     safe_commands: tuple[str, ...] = DEFAULT_SAFE_COMMANDS
+    # forms declared by the user: name -> form table, or False to disable a name
+    command_forms: dict[str, Any] = field(default_factory=dict)
+    timeout: float = DEFAULT_AUTO_TIMEOUT
     has_policy: bool = False  # a Lua policy function exists; the host asks Lua
 
 
@@ -92,6 +100,8 @@ class Config:
     result_max_lines: int = 200
     notice_lines: int = 10
     mcp: McpConfig = field(default_factory=McpConfig)
+    # The chat loop's table as Lua sends it (llm/settings.py reads it: ChatConfig)
+    chat: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> Config:
@@ -104,6 +114,8 @@ class Config:
         auto = AutoAcceptConfig(
             tools=tuple(_list(aa_raw.get("tools"), DEFAULT_AUTO_TOOLS)),
             safe_commands=tuple(_list(aa_raw.get("safe_commands"), DEFAULT_SAFE_COMMANDS)),
+            command_forms=aa_raw.get("command_forms") or {},
+            timeout=float(aa_raw.get("timeout", DEFAULT_AUTO_TIMEOUT)),
             has_policy=bool(aa_raw.get("has_policy", False)),
         )
         agents: dict[str, AgentConfig] = {}
@@ -125,6 +137,7 @@ class Config:
             result_max_lines=int(result.get("max_lines", 200)),
             notice_lines=int(result.get("notice_lines", 10)),
             mcp=McpConfig(**_known(McpConfig, dict(raw.get("mcp") or {}))),
+            chat=dict(raw.get("chat") or {}),
         )
 
 

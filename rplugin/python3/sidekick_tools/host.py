@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from . import __version__
 from .calls import CallRunner, UserError
+from .calls.follow import task_view
 from .config import Config
 from .nvim_port import NvimPort
 from .statedir import StateDir, log_to_file, open_state_dir
@@ -21,6 +22,7 @@ from .tasks.identity import owner_token
 from .tasks.manager import TaskManager
 from .tasks.store import MemoryStore, StoreError, TaskStore, open_store
 from .tasks.tuning import EngineTuning
+from .tools import command_table
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,7 @@ class Host:
         )
         self.port.block_on(self.tasks.recover())
         self.calls = CallRunner(self.port, self.tasks, config)
+        self._report_config_problems(config)
         log.info("host %s started for %s (store %s)", __version__, self.owner, self.store_kind)
         return self._info()
 
@@ -143,12 +146,20 @@ class Host:
         self.config = config
         self.calls.config = config
         self.tasks.configure(config.tasks)
+        self._report_config_problems(config)
 
     def rpc_settings(self) -> Any:
         """The configuration the host works with, and the task engine's settings
         in force (:checkhealth, and tests that setup() reached the host)."""
         assert self.config is not None and self.tasks is not None
         return {"config": dataclasses.asdict(self.config), "tasks": self.tasks.settings()}
+
+    def _report_config_problems(self, config: Config) -> None:
+        """Entries of auto_accept that cannot be used (they approve nothing): say so."""
+        auto = config.auto_accept
+        for problem in command_table.table_for(auto.safe_commands, auto.command_forms).problems:
+            log.warning("configuration: %s", problem)
+            self.port.notify_user(f"sidekick_tools: {problem}", "warn")
 
     def _info(self) -> dict[str, Any]:
         assert self.config is not None
@@ -164,9 +175,12 @@ class Host:
         cwd = str(cwd) if cwd else self._cwd()
         return self._run_request(lambda gate: self.calls.run_tool(int(buf), int(row), cwd, gate))
 
-    def rpc_run_tools(self, buf: int, cwd: str | None = None) -> Any:
+    def rpc_run_tools(self, buf: int, cwd: str | None = None, ids: Any = None) -> Any:
+        """Run the pending calls of the last assistant message; with `ids`, only
+        those (the ones the user agreed to in :SidekickRunTools' question)."""
         cwd = str(cwd) if cwd else self._cwd()
-        return self._run_request(lambda gate: self.calls.run_tools(int(buf), cwd, gate))
+        chosen = [str(i) for i in _list(ids)] if ids is not None else None
+        return self._run_request(lambda gate: self.calls.run_tools(int(buf), cwd, gate, chosen))
 
     def _run_request(self, start: Callable[[asyncio.Future[None]], Any]) -> Any:
         """Answer a run request before its first call starts working: the first
@@ -200,6 +214,15 @@ class Host:
     def rpc_run_call(self, buf: int, call_id: str, cwd: str | None = None) -> Any:
         cwd = str(cwd) if cwd else self._cwd()
         return self._run_request(lambda _gate: self.calls.run_call(int(buf), str(call_id), cwd))
+
+    def rpc_send(self, buf: int, cwd: str | None = None) -> Any:
+        """:SidekickSend: the chat to its model; the reply streams in (DESIGN §10)."""
+        cwd = str(cwd) if cwd else self._cwd()
+        return self.port.block_on(self.calls.send(int(buf), cwd))
+
+    def rpc_stop(self, buf: int) -> Any:
+        """:SidekickStop: the reply streaming into `buf` ends now; the loop is disarmed."""
+        return self.calls.stop(int(buf))
 
     def rpc_chat_opened(self, buf: int) -> Any:
         self.port.block_on(self.calls.chat_opened(int(buf)))
@@ -247,11 +270,11 @@ class Host:
             limit=int(opts.get("limit") or 100),
             offset=int(opts.get("offset") or 0),
         )
-        return [t.to_dict() for t in tasks]
+        return [task_view(t) for t in tasks]
 
     def rpc_get_task(self, token: str) -> Any:
         task = self.tasks.get(str(token))
-        return task.to_dict() if task is not None else None
+        return task_view(task) if task is not None else None
 
     def rpc_shutdown(self) -> Any:
         self.close()

@@ -174,6 +174,43 @@ class NvimPort:
             )
         )
 
+    async def ask_policy(self, tool: str, params: dict[str, Any], ctx: dict[str, Any]) -> Any:
+        """The user's auto_accept.policy function's answer for a call (Lua)."""
+        return await self.lua(
+            "return require('sidekick_tools.bridge').policy(...)", tool, params, ctx
+        )
+
+    async def lua_api_key(self, provider: str) -> str | None:
+        """An API key a Lua function in the user's config gives (never logged)."""
+        key = await self.lua("return require('sidekick_tools.bridge').api_key(...)", provider)
+        return str(key) if isinstance(key, str) and key else None
+
+    # -- a reply streaming into a chat (calls/loop.py) ------------------------------
+    async def reply_open(self, buf: int, mark: int, row: int) -> None:
+        await self.lua("require('sidekick_tools.bridge').reply_open(...)", buf, mark, row)
+
+    def reply_edit(self, buf: int, mark: int, edit: list[Any], expect: str, rows: int) -> None:
+        """One streamed edit, sent without waiting (a notification): Lua applies
+        it relative to the reply's region if the region is as the host left it."""
+        try:
+            self.nvim.request(
+                "nvim_exec_lua",
+                "require('sidekick_tools.bridge').reply_edit(...)",
+                [buf, mark, edit, expect, rows],
+                async_=True,
+            )
+        except Exception:  # Neovim went away
+            log.exception("could not send a reply edit")
+
+    async def reply_close(self, buf: int, mark: int, lines: list[str]) -> bool:
+        """The reply's region made exactly `lines` (the last edit, a note under
+        it, or everything again if the user's edits made them disagree)."""
+        return bool(
+            await self.lua(
+                "return require('sidekick_tools.bridge').reply_close(...)", buf, mark, lines
+            )
+        )
+
     async def mark_rows(self, buf: int, marks: list[int]) -> dict[int, int]:
         rows = await self.lua("return require('sidekick_tools.bridge').mark_rows(...)", buf, marks)
         return {int(k): int(v) for k, v in dict(rows or {}).items()}

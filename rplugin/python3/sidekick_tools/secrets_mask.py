@@ -39,16 +39,20 @@ _TOKENS = re.compile(
 )
 
 # A PEM private key, to its END line (or to the end of the text when cut short).
+# The line break after BEGIN is kept as it was written: a newline, or the two
+# characters of an escaped one in JSON text (so masked JSON stays JSON).
 _PEM = re.compile(
-    r"(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)"
+    r"(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)(\r?\n|(?:\\r)?\\n)?"
     r"(?:.*?(-----END [A-Z0-9 ]*PRIVATE KEY-----)|.*\Z)",
     re.DOTALL,
 )
 
-# key=value assignments whose value is a secret; quoted values keep their quotes.
+# key=value assignments whose value is a secret (DB_PASSWORD=, GITHUB_TOKEN= too);
+# quoted values keep their quotes; a bare value stops at a backslash, so masking
+# JSON text (an escaped quote) keeps it valid JSON.
 _ASSIGNMENT = re.compile(
     r"(?i)((?:password|passwd|token|secret|api_?key)\s*=\s*)"
-    r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'&;,]+)"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\&;,]+)"
 )
 
 
@@ -61,8 +65,13 @@ def _token_sub(match: re.Match[str]) -> str:
 
 
 def _pem_sub(match: re.Match[str]) -> str:
-    end = match.group(2)
-    return f"{match.group(1)}\n{REPLACEMENT}\n{end}" if end else f"{match.group(1)}\n{REPLACEMENT}"
+    sep = match.group(2) or "\n"
+    end = match.group(3)
+    return (
+        f"{match.group(1)}{sep}{REPLACEMENT}{sep}{end}"
+        if end
+        else match.group(1) + sep + REPLACEMENT
+    )
 
 
 def _assignment_sub(match: re.Match[str]) -> str:

@@ -9,7 +9,9 @@ was rendered into (:mod:`sidekick_tools.chat.reply`) give back that reply's bloc
 * ``USER:`` messages are user text; completion notices are user text too.
 * ``ASSISTANT:`` messages are split into text, thinking blocks
   (```` ```thinking signature=… ````, ```` ```thinking redacted=… ````) and tool calls;
-  each call's result goes first in the next user turn, then that turn's text.
+  each call's result goes first in the next user turn, then that turn's text;
+  ```` ```sidekick ... ```` blocks are the plugin's notes (an error, a stop) and
+  are not sent.
 * Consecutive messages of one role are one turn; an empty message is none.
 * Text is taken without the blank lines around it; thinking byte for byte.
 """
@@ -33,6 +35,10 @@ from .blocks import (
 )
 from .parser import Chat, ResultBlock, ToolCall, _key_values, parse
 from .reply import UNNAMED_TOOL, trim_blank_lines
+
+#: A fenced block whose info string starts with this word is a note of the plugin's
+#: under a reply (``sidekick error``, ``sidekick stopped``): shown, never sent.
+NOTE = "sidekick"
 
 #: Result statuses the model is told are errors (``is_error`` for Anthropic).
 ERROR_STATUSES = ("failed", "cancelled", "denied")
@@ -173,8 +179,10 @@ def _assistant_blocks(
         if open_row < skip_to:
             continue
         call = call_at.get(open_row)
-        is_thinking = info.split()[:1] == ["thinking"]
-        if call is None and not is_thinking:
+        kind = info.split()[:1]
+        is_thinking = kind == ["thinking"]
+        is_note = kind == [NOTE]
+        if call is None and not is_thinking and not is_note:
             continue  # a code block inside text
         text = _text(lines, text_from, open_row - 1, "ASSISTANT:" if text_from == start else None)
         if text:
@@ -183,6 +191,8 @@ def _assistant_blocks(
             params = call.params if call.params is not None else {}
             blocks.append(ToolUse(call.call_id or "", call.tool or UNNAMED_TOOL, params))
             last = call.last_row
+        elif is_note:  # the plugin's note (an error, a stop): shown, never sent
+            last = close_row
         else:
             blocks.append(_thinking(lines, open_row, close_row, info))
             thinking_rows.append((open_row, min(close_row, end)))

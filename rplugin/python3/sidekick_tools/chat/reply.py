@@ -20,12 +20,13 @@ the signature on the fence line, or ``thinking redacted=DATA`` for a redacted
 block. A tool call's body is its input as one line of JSON.
 
 Model text is written as it came, except where it would break the chat's
-structure: a line starting with a role marker outside a code fence gets one
-leading space, a code fence left open at the end of a text block is closed, CRs
-become newlines, and blank lines around a text block are dropped (read back, a
-text block never has blank lines around it). The canonical
-form of a reply (:meth:`ReplyBuilder.turn`) applies the same rules, so re-reading
-the chat gives exactly the blocks the reply had.
+structure: a line starting with a role marker, or opening a ```` ```sidekick ````
+note (the plugin's own, never sent), outside a code fence gets one leading
+space; a code fence left open at the end of a text block is closed; CRs become
+newlines; and blank lines around a text block are dropped (read back, a text
+block never has blank lines around it). The canonical form of a reply
+(:meth:`ReplyBuilder.turn`) applies the same rules, so re-reading the chat
+gives exactly the blocks the reply had.
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ def shape_line(line: str, fence: int) -> tuple[str, int]:
         return line, fence
     if line.startswith("```"):
         info = line.lstrip("`")
+        if info.split()[:1] == ["sidekick"]:  # only the plugin writes its notes
+            return " " + line, 0
         return line, (0 if "`" in info else len(line) - len(info))
     if line.startswith(_ROLE_MARKERS):
         return " " + line, 0

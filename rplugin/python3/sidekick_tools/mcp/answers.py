@@ -9,7 +9,7 @@ task token) over the cleaned, tail-truncated output or agent summary.
 ``is_error`` marks a call that did not do its job (bad arguments, unknown or
 malformed token, a refused task, a command that could not start); a task that
 ran and failed is an answer, not an error. Every text is masked
-(`masking.mask_secrets`).
+(`secrets_mask.mask`, the plugin's one masker).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..chat.render import clean_output, truncate_tail
+from ..secrets_mask import mask
 from ..tools import _tasks
 from ..tools.base import ToolNames, ToolResult
-from .masking import mask_secrets
 
 SEPARATOR = "--- output ---"
 
@@ -32,7 +32,7 @@ class Answer:
 
 
 def answer(text: str, is_error: bool = False) -> Answer:
-    return Answer(mask_secrets(text), is_error)
+    return Answer(mask(text), is_error)
 
 
 def error(message: str) -> Answer:

@@ -51,6 +51,9 @@ class ToolContext:
     ``chat`` the chat identity (buffer name) and ``call_id`` the id of the call
     being run; both are handed on to tasks so completions find their way back.
     ``names`` is how answers name the task tools (see `ToolNames`).
+    ``auto`` is true when the call runs because the policy approved it (chained
+    or by the chat loop), not because the user ran it: such a command runs as
+    the policy checked it and under ``auto_accept.timeout``.
     """
 
     cwd: str
@@ -59,6 +62,7 @@ class ToolContext:
     chat: str = ""
     call_id: str = ""
     names: ToolNames = CHAT_NAMES
+    auto: bool = False
 
 
 @dataclass

@@ -9,10 +9,12 @@
    whatever the tool and parameters. Anything else (nil, other strings) means
    "no opinion" and the defaults below apply.
 2. Unknown tools, and parameters that fail the tool's schema: ``"ask"``.
-3. ``run_terminal_command``: ``"approve"`` iff the command passes the safe-prefix
-   predicate (starts word by word with one of ``config.auto_accept.safe_commands``
-   and contains no shell control or expansion). ``config.auto_accept.tools``
-   plays no part: listing the tool there does not approve arbitrary commands.
+3. ``run_terminal_command``: ``"approve"`` iff the parsed command matches a safe
+   form (``tools/command_policy.py``: one plain program call, only the options
+   its form allows, every path and the ``cwd`` parameter inside the working
+   directory; forms from ``config.auto_accept.safe_commands`` and
+   ``command_forms``). ``config.auto_accept.tools`` plays no part: listing the
+   tool there does not approve arbitrary commands.
 4. ``use_agent``: ``"approve"`` iff ``config.agents[params.agent].auto_accept``.
 5. Every other tool: ``"approve"`` iff its name is in ``config.auto_accept.tools``
    AND its own ``auto_accept(params, ctx)`` predicate holds. For read_files and

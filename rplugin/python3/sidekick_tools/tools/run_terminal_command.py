@@ -14,21 +14,12 @@ from datetime import datetime
 from typing import Any
 
 from ..tasks.manager import TaskSpec
-from . import _fs, _tasks
+from . import _fs, _tasks, command_policy, command_table
 from ._tasks import TERMINAL
 from .base import ToolContext, ToolResult
 from .schema import validate
 
 TAIL_BYTES = 256 * 1024  # at most this much of each of stdout/stderr goes into a body
-
-# Anything that lets a "safe" command do something else: command separators,
-# pipes, redirections, substitution/expansion, line breaks. `$` is rejected
-# outright (no $VAR, $(...), ${...}, $'...'), and so is every control character.
-_UNSAFE = re.compile(r"[;&|<>`$\x00-\x08\x0a-\x1f\x7f]")
-
-# Words are split the way sh splits them (space and tab only), so a
-# non-breaking space cannot make "ls\u00a0x" look like "ls x".
-_WORDS = re.compile(r"[ \t]+")
 
 _REASONS = {
     "timeout": "timed out; the process group was killed",
@@ -75,10 +66,7 @@ class RunTerminalCommand:
     }
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
-        command = params.get("command")
-        if not isinstance(command, str):
-            return False
-        return is_safe_command(command, ctx.config.auto_accept.safe_commands)
+        return auto_verdict(params, ctx).approved
 
     async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
         err = validate(self.schema, params)
@@ -88,6 +76,21 @@ class RunTerminalCommand:
         purpose = (params.get("purpose") or "").strip()
         timeout = params.get("timeout_seconds")
         mode = params.get("async")  # True | False | None
+        to_run = command
+        if ctx.auto:
+            # Run what the policy checked, checked again now (the text may have
+            # changed since), under the auto-run time limit.
+            verdict = auto_verdict(params, ctx)
+            if verdict.plan is not None:
+                to_run = verdict.plan.shell
+            elif not ctx.config.auto_accept.has_policy:
+                return ToolResult.fail(
+                    f"Not run: the command is no longer safe to run unasked ({verdict.reason}). "
+                    "Run it with :SidekickRunTool if it should run."
+                )
+            limit = float(ctx.config.auto_accept.timeout)
+            if limit > 0:
+                timeout = min(float(timeout), limit) if timeout else limit
 
         shown_cwd = params.get("cwd")
         try:
@@ -101,7 +104,7 @@ class RunTerminalCommand:
         spec = TaskSpec(
             tool=self.name,
             label=purpose or command,
-            command=command,
+            command=to_run,
             cwd=cwd,
             env={},
             timeout=float(timeout) if timeout else None,
@@ -137,26 +140,15 @@ async def run_as_task(
     return final(task)
 
 
-def is_safe_command(command: str, safe_prefixes: Any) -> bool:
-    """Whether ``command`` may run without asking.
-
-    It must begin with one of ``safe_prefixes`` word by word ("ls" matches
-    "ls -la" but not "lsblk"; "git status" needs both words), and contain no
-    shell control or expansion: ``; & | < > ` $``, newline, carriage return or
-    any other control character (tab is allowed as a word separator).
-    """
-    text = command.strip(" \t")
-    if not text or _UNSAFE.search(text):
-        return False
-    words = _WORDS.split(text)
-    for prefix in safe_prefixes or ():
-        wanted = str(prefix).strip(" \t")
-        if not wanted or _UNSAFE.search(wanted):
-            continue  # an empty prefix would match everything
-        want = _WORDS.split(wanted)
-        if words[: len(want)] == want:
-            return True
-    return False
+def auto_verdict(params: dict[str, Any], ctx: ToolContext) -> command_policy.Verdict:
+    """The auto-accept verdict on a call (DESIGN §12), with the plan that runs it."""
+    command = params.get("command")
+    if not isinstance(command, str):
+        return command_policy.Verdict(False, "the command is not a string")
+    cwd = params.get("cwd")
+    auto = ctx.config.auto_accept
+    table = command_table.table_for(auto.safe_commands, auto.command_forms)
+    return command_policy.check(command, cwd if isinstance(cwd, str) else None, ctx.cwd, table)
 
 
 def running_result(task: Any, waited: float | None = None) -> ToolResult:

@@ -1,0 +1,98 @@
+"""Running the tool calls of chat buffers (DESIGN §5-§7).
+
+    registry.py  the calls this host follows, and their states
+    chain.py     what the user runs, and the chain of auto-acceptable calls after it
+    writer.py    results and notices written into buffers, batched, never lost in silence
+    follow.py    tasks' events: states while they run, final blocks and notices when they end
+    scan.py      the state of every call as the text says it, for diagnostics
+    loop.py      the chat loop: send, stream the reply in, run its calls, send again
+
+`CallRunner` wires them for the host and is what host.py calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..config import Config
+from .chain import CallChain, UserError
+from .follow import TaskFollower
+from .loop import ChatLoop
+from .registry import CallRegistry, Tracked
+from .scan import DiagnosticScan
+from .writer import ResultWriter
+
+__all__ = ["CallRunner", "Tracked", "UserError"]
+
+
+class CallRunner:
+    def __init__(self, port: Any, tasks: Any, config: Config) -> None:
+        self.registry = CallRegistry(port)
+        self.writer = ResultWriter(port, self.registry, tasks, config)
+        self.follower = TaskFollower(port, self.registry, self.writer, tasks, config)
+        self.chain = CallChain(port, self.registry, self.writer, self.follower, tasks, config)
+        self.scan = DiagnosticScan(port, self.registry)
+        self.loop = ChatLoop(port, self.registry, self.writer, self.chain, config)
+        self.follower.hold = self.loop.notice
+
+        def written(tracked: Tracked, result: Any) -> None:
+            self.follower.result_written(tracked, result)
+            self.loop.result_written(tracked.buf)
+
+        self.writer.on_written = written
+        self.port = port
+        self._config = config
+
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @config.setter
+    def config(self, config: Config) -> None:
+        """`setup()` again: every piece works with the new settings."""
+        self._config = config
+        for part in (self.writer, self.follower, self.chain, self.loop):
+            part.config = config
+
+    async def run_tool(self, buf: int, row: int, cwd: str, gate: Any = None) -> dict[str, Any]:
+        return await self.chain.run_tool(buf, row, cwd, gate)
+
+    async def run_tools(
+        self, buf: int, cwd: str, gate: Any = None, ids: Iterable[str] | None = None
+    ) -> dict[str, Any]:
+        return await self.chain.run_tools(buf, cwd, gate, ids)
+
+    async def run_call(self, buf: int, call_id: str, cwd: str) -> dict[str, Any]:
+        return await self.chain.run_call(buf, call_id, cwd)
+
+    async def plan(self, buf: int, cwd: str) -> list[dict[str, Any]]:
+        return await self.chain.plan(buf, cwd)
+
+    async def deny(self, buf: int, row: int, reason: str = "") -> dict[str, Any]:
+        return await self.chain.deny(buf, row, reason)
+
+    async def send(self, buf: int, cwd: str) -> dict[str, Any]:
+        return await self.loop.send(buf, cwd)
+
+    def stop(self, buf: int) -> dict[str, Any]:
+        return self.loop.stop(buf)
+
+    async def chat_opened(self, buf: int) -> None:
+        """A chat was (re)opened: follow its running blocks, draw every call's state."""
+        mirror = await self.chain.mirror(buf)
+        self.scan.unfollowed[buf] = await self.follower.reattach(buf, mirror, self.chain.prepare)
+        self.scan.schedule(buf, delay=0)
+
+    def token_at(self, buf: int, row: int) -> str | None:
+        """The task of the call at (buf, row), if it has one."""
+        mirror = self.port.mirrors.get(buf)
+        call = mirror.chat().call_at(row) if mirror is not None else None
+        if call is None:
+            return None
+        tracked = self.registry.get(buf, call.call_id or "")
+        if tracked and tracked.token:
+            return tracked.token
+        if call.result and call.result.fields.get("task"):
+            return call.result.fields["task"]
+        return None

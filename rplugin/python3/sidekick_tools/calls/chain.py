@@ -1,0 +1,436 @@
+"""Running a chat's calls: what the user runs, and the chain after it.
+
+`:SidekickRunTool` runs the call under the cursor, then each following call
+of the same assistant message while the auto-accept policy approves it, and
+stops at the first it does not (DESIGN §6). `:SidekickRunTools` runs every
+pending call of the last assistant message. A call first gets an id (a
+hand-written one may have none) and an extmark, then is checked, run, and its
+result handed to the writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from .. import tools
+from ..chat import ToolCall
+from ..chat.edits import describe, locate
+from ..chat.render import header_with_id, new_call_id
+from ..config import Config
+from ..tools.base import ToolContext, ToolResult
+from ..tools.policy import decide
+from .follow import TaskFollower
+from .registry import CallRegistry, Tracked
+from .scan import call_problem
+from .writer import ResultWriter, log_failure
+
+log = logging.getLogger(__name__)
+
+STRUCTURAL = ("Unclosed fence", "Duplicate id")  # errors the text itself must fix
+RETRIES = 50  # a call's id and mark, while the mirror catches up with the buffer
+
+Found = tuple[Any, ToolCall]  # (mirror, the call as it reads there)
+
+
+class UserError(Exception):
+    """A problem the user can act on; its message is shown as it is."""
+
+
+def denied(reason: str, by: str = "policy") -> ToolResult:
+    return ToolResult(status="denied", body=reason, fields={"reason": by})
+
+
+class CallChain:
+    def __init__(
+        self,
+        port: Any,
+        registry: CallRegistry,
+        writer: ResultWriter,
+        follower: TaskFollower,
+        tasks: Any,
+        config: Config,
+    ) -> None:
+        self.port = port
+        self.registry = registry
+        self.writer = writer
+        self.follower = follower
+        self.tasks = tasks
+        self.config = config
+        self._bg: set[asyncio.Future[Any]] = set()
+
+    # -- what the user runs -------------------------------------------------------------
+    async def run_tool(
+        self, buf: int, row: int, cwd: str, gate: asyncio.Future[None] | None = None
+    ) -> dict[str, Any]:
+        mirror = await self.mirror(buf)
+        call = mirror.chat().call_at(row)
+        if call is None:
+            raise UserError(
+                f"sidekick_tools: no tool call at line {row + 1}. Put the cursor on a "
+                "```tool block of an ASSISTANT message."
+            )
+        self._refuse_live(buf, call)
+        tracked = await self.prepare(buf, call)
+        if tracked is None:
+            raise UserError("sidekick_tools: the tool call changed while starting; try again")
+        # The mirror has seen prepare's edit (Neovim sends a buffer's line events
+        # before the reply to the request that made them): the call as the user
+        # asked for it is at hand, with no round trip to look it up by its mark.
+        # By row, not by id: a duplicate id names another block too.
+        current = mirror.chat().call_at(call.start_row)
+        same = current is not None and current.start_row == call.start_row
+        found = (mirror, current) if same and current.call_id == tracked.call_id else None
+        self.spawn(self.chain(tracked, cwd, found=found, gate=gate))
+        return {"id": tracked.call_id, "tool": tracked.tool}
+
+    async def run_tools(
+        self,
+        buf: int,
+        cwd: str,
+        gate: asyncio.Future[None] | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> dict[str, Any]:
+        """Run the pending calls of the last assistant message (only `ids`, when
+        given: the ones the user agreed to), one after the other."""
+        mirror = await self.mirror(buf)
+        message = mirror.chat().last_assistant()
+        pending = [c for c in (message.calls if message else []) if c.pending]
+        if ids is not None:
+            wanted = set(ids)
+            pending = [c for c in pending if c.call_id in wanted]
+        if not pending:
+            raise UserError("sidekick_tools: no pending tool call in the last assistant message")
+        chosen: list[str] = []
+        for call in pending:
+            tracked = await self.prepare(buf, call)
+            if tracked is not None:
+                chosen.append(tracked.call_id)
+        self.spawn(self._run_ids(buf, chosen, cwd, gate))
+        return {"count": len(chosen), "ids": chosen}
+
+    async def run_call(self, buf: int, call_id: str, cwd: str) -> dict[str, Any]:
+        """Run call `call_id` again (its result block is replaced); no chain."""
+        mirror = await self.mirror(buf)
+        call = mirror.chat().call_by_id(call_id)
+        if call is None:
+            raise UserError(f"sidekick_tools: no call {call_id} in {mirror.name or buf}")
+        self._refuse_live(buf, call)
+        tracked = await self.prepare(buf, call)
+        if tracked is None:
+            raise UserError("sidekick_tools: the tool call changed while starting; try again")
+        self.spawn(self.chain(tracked, cwd, follow_on=False))
+        return {"id": tracked.call_id, "tool": tracked.tool, "row": call.start_row}
+
+    async def plan(self, buf: int, cwd: str) -> list[dict[str, Any]]:
+        """What `run_tools` would do with each pending call of the last assistant
+        message: ``verdict`` "approve" (the policy runs it by itself), "ask" (it
+        needs the user's consent) or "deny" (the policy refuses it); a broken
+        call says its ``problem``. Calls written without an id get one here, so
+        the user's answer can name them (`run_tools(..., ids)`)."""
+        await self._give_ids(buf)
+        mirror = await self.mirror(buf)
+        message = mirror.chat().last_assistant()
+        out = []
+        for call in message.calls if message else []:
+            if not call.pending:
+                continue
+            problem = call_problem(call)
+            ctx = self.context(cwd, mirror.name, call.call_id or "")
+            verdict = "ask"
+            if not problem:
+                answer = await self.ask_policy(call, ctx)
+                verdict = decide(call.tool, call.params or {}, ctx, answer)
+            out.append(
+                {
+                    "id": call.call_id or "",
+                    "tool": call.tool,
+                    "row": call.start_row,
+                    "verdict": verdict,
+                    "what": describe(call),
+                    "problem": problem or None,
+                }
+            )
+        return out
+
+    async def deny(self, buf: int, row: int, reason: str = "") -> dict[str, Any]:
+        """Refuse the pending call at `row`: a ``status=denied`` result whose body
+        (what the model reads) is the user's reason."""
+        mirror = await self.mirror(buf)
+        call = mirror.chat().call_at(row)
+        if call is None:
+            raise UserError(
+                f"sidekick_tools: no tool call at line {row + 1}. Put the cursor on a "
+                "```tool block to deny it."
+            )
+        if call.result is not None:
+            raise UserError(
+                f"sidekick_tools: {call.call_id} already has a result "
+                f"(status={call.result.status}); only a pending call can be denied"
+            )
+        tracked = await self.prepare(buf, call)
+        if tracked is None:
+            raise UserError("sidekick_tools: the tool call changed while denying; try again")
+        text = " ".join(reason.split()) or "The user denied this call."
+        self.spawn(self.writer.write(tracked, denied(text, by="user")))
+        return {"id": tracked.call_id, "tool": tracked.tool}
+
+    # -- the chain ----------------------------------------------------------------------
+    async def chain(
+        self,
+        first: Tracked,
+        cwd: str,
+        found: Found | None = None,
+        gate: asyncio.Future[None] | None = None,
+        follow_on: bool = True,
+        explicit: bool = True,
+    ) -> ToolCall | None:
+        """Run `first` (the user's, unless `explicit` is false), then while
+        `follow_on`, each next call the policy approves. Returns the call the
+        chain stopped at because it needs the user's consent, if any."""
+        current: Tracked | None = first
+        while current is not None:
+            result = await self.run_one(current, cwd, explicit=explicit, found=found, gate=gate)
+            if result is not None:
+                await self.deliver(current, result)
+            explicit, found, gate = False, None, None
+            if not follow_on:
+                return None
+            current, waiting = await self._next_auto(current, cwd)
+            if waiting is not None:
+                return waiting
+        return None
+
+    async def run_unasked(self, buf: int, call: ToolCall, cwd: str) -> ToolCall | None:
+        """The chat loop: run a reply's calls from `call` on while the policy
+        approves them (none is the user's own). Returns the call that needs the
+        user's consent, if the chain stopped at one."""
+        tracked, waiting = await self._approved(buf, call, cwd)
+        if tracked is None:
+            return waiting
+        return await self.chain(tracked, cwd, explicit=False)
+
+    async def _run_ids(
+        self, buf: int, ids: list[str], cwd: str, gate: asyncio.Future[None] | None = None
+    ) -> None:
+        """Run the calls one after the other; their results are written as they
+        come, several at once when they come together. A call the policy
+        approves runs as it would unasked (checked again, hardened, under the
+        auto-run timeout); the others run as the user agreed to them."""
+        deliveries = []
+        mirror = await self.mirror(buf)
+        snapshot = mirror.chat()  # the calls as they were when the user asked
+        for call_id in ids:
+            tracked = self.registry.get(buf, call_id)
+            call = snapshot.call_by_id(call_id)
+            if tracked is None or call is None:
+                continue
+            explicit = True
+            if not call_problem(call):
+                ctx = self.context(cwd, mirror.name, call_id)
+                answer = await self.ask_policy(call, ctx)
+                explicit = decide(call.tool, call.params or {}, ctx, answer) != "approve"
+            result = await self.run_one(
+                tracked, cwd, explicit=explicit, found=(mirror, call), gate=gate
+            )
+            gate = None
+            if result is not None:
+                deliveries.append(asyncio.ensure_future(self.deliver(tracked, result)))
+        if deliveries:
+            await asyncio.gather(*deliveries)
+
+    async def _next_auto(
+        self, previous: Tracked, cwd: str
+    ) -> tuple[Tracked | None, ToolCall | None]:
+        """The next pending call of the same message, when it may run without
+        asking; else the call that needs consent (or neither: no call left, or
+        a broken one, whose ✗ shows why)."""
+        mirror = await self.mirror(previous.buf)
+        chat = mirror.chat()
+        prev = chat.call_by_id(previous.call_id)
+        if prev is None:
+            return None, None
+        message = chat.messages[prev.message_index]
+        following = [c for c in message.calls if c.start_row > prev.start_row and c.pending]
+        if not following:
+            return None, None
+        return await self._approved(previous.buf, following[0], cwd)
+
+    async def _approved(
+        self, buf: int, call: ToolCall, cwd: str
+    ) -> tuple[Tracked | None, ToolCall | None]:
+        """`call`, followed, when the policy approves it (one it denies gets its
+        denied result and the next call is tried); else the call to ask about."""
+        if call_problem(call):
+            return None, None  # a broken call needs a person; its ✗ shows why
+        mirror = await self.mirror(buf)
+        ctx = self.context(cwd, mirror.name, call.call_id or "")
+        verdict = decide(call.tool, call.params or {}, ctx, await self.ask_policy(call, ctx))
+        if verdict == "ask":
+            return None, call
+        tracked = await self.prepare(buf, call)
+        if tracked is None:
+            return None, None
+        if verdict == "deny":
+            await self.writer.write(tracked, denied("denied by the auto-accept policy"))
+            return await self._next_auto(tracked, cwd)
+        return tracked, None
+
+    async def run_one(
+        self,
+        tracked: Tracked,
+        cwd: str,
+        explicit: bool,
+        found: Found | None = None,
+        gate: asyncio.Future[None] | None = None,
+    ) -> ToolResult | None:
+        """Check, ask, run. The result to write, or None when nothing can be written.
+        `found`: the call as already read, else it is looked up again.
+        `gate`: the call starts working once it is done (see Host._run_request)."""
+        found = found or await self.find(tracked)
+        if found is None:
+            return None
+        mirror, call = found
+        problem = call_problem(call)
+        if problem:
+            if problem.startswith(STRUCTURAL):
+                # No block can be written safely: only the diagnostic says what is wrong.
+                self.registry.state(tracked, "failed", detail=problem)
+                self.port.notify_user(f"sidekick_tools: {problem}", "error")
+                return None
+            return ToolResult(status="failed", body=problem, fields={})
+        ctx = self.context(cwd, mirror.name, tracked.call_id)
+        if explicit:
+            answer = await self.ask_policy(call, ctx)
+            if answer == "deny":
+                return denied("denied by the auto-accept policy")
+        ctx.auto = not explicit  # approved by the policy, not run by the user's hand
+        tool = tools.get_tool(call.tool)
+        assert tool is not None  # call_problem checked it exists
+        self.registry.state(tracked, "running", started_at=time.time())
+        # The running state reaches Neovim before the tool starts: with the
+        # reply of the request that started the call (the gate opens once that
+        # is sent), else on its own.
+        await (gate if gate is not None else asyncio.sleep(0))
+        started = time.monotonic()
+        try:
+            result = await tool.run(call.params or {}, ctx)
+        except Exception as exc:  # a tool bug must not take the host down
+            log.exception("tool %s failed on call %s", call.tool, tracked.call_id)
+            result = ToolResult(
+                status="failed",
+                body=f"Internal error in {call.tool}: {exc!r} (details in the host log)",
+                fields={},
+            )
+        if "duration" not in result.fields and call.tool != "run_terminal_command":
+            result.fields["duration"] = round(time.monotonic() - started, 2)
+        if result.status == "running":
+            token = str(result.fields.get("task") or tracked.token or "") or None
+            self.registry.bind(tracked, token)
+        return result
+
+    async def deliver(self, tracked: Tracked, result: ToolResult) -> None:
+        """Write the result; a `running` one makes the call follow its task."""
+        await self.writer.write(tracked, result)
+        await self.follower.delivered(tracked, result)
+
+    # -- finding and marking calls ----------------------------------------------------
+    async def mirror(self, buf: int) -> Any:
+        mirror = await self.port.mirror(buf)
+        if mirror is None:
+            raise UserError(f"sidekick_tools: buffer {buf} is not loaded")
+        return mirror
+
+    def _refuse_live(self, buf: int, call: ToolCall) -> None:
+        tracked = self.registry.get(buf, call.call_id or "")
+        if tracked and tracked.live:
+            what = f" as task {tracked.token}" if tracked.token else ""
+            raise UserError(
+                f"sidekick_tools: {call.call_id} is already running{what}; :SidekickHalt stops it"
+            )
+
+    async def prepare(self, buf: int, call: ToolCall) -> Tracked | None:
+        """Give the call an id (if hand-written without one) and an extmark; follow it."""
+        row = call.start_row
+        for _ in range(RETRIES):
+            mirror = await self.mirror(buf)
+            chat = mirror.chat()
+            current = chat.call_at(row)
+            if current is None or current.start_row != row:
+                moved = chat.call_by_id(call.call_id) if call.call_id else None
+                if moved is None:
+                    return None
+                current, row = moved, moved.start_row
+            edits: list[tuple[int, int, list[str]]] = []
+            call_id = current.call_id
+            if not call_id:
+                call_id = new_call_id({c.call_id for c in chat.calls if c.call_id})
+                edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
+            mark = self.registry.mark_for(buf, call_id)
+            if await self.port.apply(buf, mirror.tick, edits, [(mark, row)]):
+                return self.registry.follow(buf, call_id, current.tool, mirror.name)
+            await asyncio.sleep(0.005)
+        return None
+
+    async def _give_ids(self, buf: int) -> None:
+        """Every pending call of the last assistant message gets an id."""
+        for _ in range(RETRIES):
+            mirror = await self.mirror(buf)
+            chat = mirror.chat()
+            message = chat.last_assistant()
+            missing = [c for c in (message.calls if message else []) if c.pending and not c.call_id]
+            if not missing:
+                return
+            taken = {c.call_id for c in chat.calls if c.call_id}
+            edits = []
+            for call in reversed(missing):
+                call_id = new_call_id(taken)
+                taken.add(call_id)
+                row = call.start_row
+                edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
+            if await self.port.apply(buf, mirror.tick, edits):
+                return
+            await asyncio.sleep(0.005)
+
+    async def find(self, tracked: Tracked) -> Found | None:
+        """The call's current block; None when the block is gone (said to the user)."""
+        mirror = await self.port.mirror(tracked.buf)
+        if mirror is None:
+            self.writer.lost(tracked, "its chat is no longer loaded")
+            return None
+        rows = await self.port.mark_rows(tracked.buf, [tracked.mark])
+        call = locate(mirror.chat(), tracked.call_id, rows.get(tracked.mark, -1))
+        if call is None:
+            self.writer.lost(tracked, "its block was deleted")
+            return None
+        return mirror, call
+
+    # -- policy and context ---------------------------------------------------------------
+    def context(self, cwd: str, chat: str, call_id: str) -> ToolContext:
+        return ToolContext(
+            cwd=cwd, tasks=self.tasks, config=self.config, chat=chat, call_id=call_id
+        )
+
+    async def ask_policy(self, call: ToolCall, ctx: ToolContext) -> str | None:
+        """The user's Lua policy function's answer, when one is configured."""
+        if not self.config.auto_accept.has_policy:
+            return None
+        try:
+            answer = await self.port.ask_policy(
+                call.tool,
+                call.params or {},
+                {"cwd": ctx.cwd, "chat": ctx.chat, "call_id": ctx.call_id},
+            )
+        except Exception:
+            log.exception("policy function failed")
+            return None
+        return answer if answer in ("approve", "deny") else None
+
+    def spawn(self, coro: Any) -> None:
+        fut = asyncio.ensure_future(coro)
+        self._bg.add(fut)
+        fut.add_done_callback(self._bg.discard)
+        fut.add_done_callback(log_failure)

@@ -1,0 +1,216 @@
+"""Following tasks: a call's state while its task is queued or runs, its final
+block and completion notice when a task that outlived its call's wait ends,
+and the running blocks of a reopened chat.
+
+The engine's events arrive here; Lua gets a `task` event for each (the task
+list, notifications, the statusline) and a `call` state for the call that
+started it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import tools
+from ..chat.render import notice_lines
+from ..chat.states import fields_detail
+from ..config import Config
+from ..secrets_mask import mask
+from ..tasks.model import TaskStatus, is_token
+from ..tools.base import ToolResult
+from .registry import CallRegistry, Tracked
+from .writer import ResultWriter, log_failure, log_path_of
+
+log = logging.getLogger(__name__)
+
+
+class TaskFollower:
+    def __init__(
+        self,
+        port: Any,
+        registry: CallRegistry,
+        writer: ResultWriter,
+        tasks: Any,
+        config: Config,
+    ) -> None:
+        self.port = port
+        self.registry = registry
+        self.writer = writer
+        self.tasks = tasks
+        self.config = config
+        self._bg: set[asyncio.Future[Any]] = set()
+        # A chat that talks to a model hands its notices to the chat loop, which
+        # writes them once no reply streams and every call has its result, then
+        # sends them (DESIGN §10, steering). True: the loop took the notice.
+        self.hold: Callable[[int, list[str]], bool] = lambda _buf, _lines: False
+        tasks.subscribe(self.on_task_event)
+
+    # -- a call's state as its task moves --------------------------------------------
+    def on_task_event(self, event: Any) -> None:
+        task = event.task
+        self.port.emit(
+            {
+                "type": "task",
+                "kind": event.kind,
+                "finished": event.kind == "finished",
+                "task": task_view(task),
+            }
+        )
+        if event.kind in ("started", "finished"):
+            self._refresh_queue()
+        tracked = self.registry.for_task(task)
+        if tracked is None:
+            return
+        self.registry.bind(tracked, task.id)
+        if task.status is TaskStatus.QUEUED:
+            self.registry.state(tracked, "queued", ahead=self.tasks.queue_position(task.id))
+        elif task.status is TaskStatus.RUNNING and not tracked.done:
+            self._running(tracked, task)
+        elif event.kind == "finished" and tracked.background and not tracked.finishing:
+            self._spawn(self.finish(tracked, task))
+
+    def result_written(self, tracked: Tracked, result: ToolResult) -> None:
+        """A call's result is in the buffer: its state follows (a running block
+        keeps the call following its task)."""
+        if result.status != "running":
+            tracked.done = True
+            self.registry.state(tracked, result.status, detail=result_detail(result))
+            return
+        task = self.tasks.get(tracked.token) if tracked.token else None
+        if task is not None and task.status is TaskStatus.QUEUED:
+            self.registry.state(tracked, "queued", ahead=self.tasks.queue_position(task.id))
+        else:
+            self._running(tracked, task)
+
+    def _running(self, tracked: Tracked, task: Any) -> None:
+        self.registry.state(
+            tracked,
+            "running",
+            started_at=getattr(task, "started_at", None),
+            progress=getattr(task, "progress", None),
+            progress_text=getattr(task, "progress_text", None),
+        )
+
+    def _refresh_queue(self) -> None:
+        """The queue moved: each queued call's "N ahead" changes."""
+        for ahead, token in enumerate(self.tasks.queued_tokens()):
+            tracked = self.registry.by_token(token)
+            if tracked is not None and tracked.state == "queued":
+                self.registry.state(tracked, "queued", ahead=ahead)
+
+    # -- the end of a task that outlived its call's wait ---------------------------------
+    async def delivered(self, tracked: Tracked, result: ToolResult) -> None:
+        """The call's result was written; a `running` one makes it follow its task
+        (which may have ended meanwhile)."""
+        if result.status == "running" and tracked.token:
+            tracked.background = True
+            task = self.tasks.get(tracked.token)
+            if task is not None and task.terminal:
+                await self.finish(tracked, task)
+
+    async def finish(self, tracked: Tracked, task: Any) -> None:
+        """The final block and the completion notice, together in one edit."""
+        if tracked.done or tracked.finishing:
+            return
+        tracked.finishing = True
+        result = tools.result_from_task(tracked.tool, task)
+        result.fields.setdefault("task", task.id)
+        log_path = log_path_of(task)
+        # the notice stays short: the last few lines; the block above and the log have the rest
+        output = self.writer.shown(result.body, log_path, lines=self.config.notice_lines)
+        payload = {
+            "id": task.id,
+            "status": task.status.value,
+            "started_at": _iso(task.started_at),
+            "ended_at": _iso(task.ended_at),
+            "duration_seconds": _duration(task),
+            "exit_code": task.exit_code,
+            "output": output,
+            "log": log_path,
+        }
+        notice = notice_lines(payload)
+        if self.hold(tracked.buf, notice):
+            await self.writer.write(tracked, result)
+        else:
+            await self.writer.write_with_notice(tracked, result, notice)
+
+    # -- a chat (re)opened ----------------------------------------------------------
+    async def reattach(self, buf: int, mirror: Any, prepare: Any) -> dict[str, str]:
+        """Follow the `status=running task=T` blocks of a (re)opened chat; the
+        blocks not followed, by call id, with why.
+
+        Only a task this very call started is followed (DESIGN §12): the store
+        must name this chat and this call id. A block naming an unknown task or
+        another chat's (a forged block, a copied chat) is left as it is; opening
+        such a chat rewrites nothing. `prepare(buf, call)` follows a call."""
+        unfollowed: dict[str, str] = {}
+        for call in mirror.chat().calls:
+            res = call.result
+            if not (res and res.status == "running" and res.fields.get("task") and call.call_id):
+                continue
+            if self.registry.get(buf, call.call_id) is not None:
+                continue
+            token = res.fields["task"]
+            task = self.tasks.get(token) if is_token(token) else None
+            if task is None:
+                unfollowed[call.call_id] = f"task {token} not found; not followed"
+                continue
+            if task.chat != mirror.name or task.call_id != call.call_id:
+                unfollowed[call.call_id] = f"task {token} is not this call's; not followed"
+                continue
+            tracked = await prepare(buf, call)
+            if tracked is None:
+                continue
+            tracked.background = True
+            self.registry.bind(tracked, token)
+            if task.terminal:
+                await self.finish(tracked, task)
+            else:
+                self.registry.state(tracked, "running", started_at=task.started_at)
+        return unfollowed
+
+    def _spawn(self, coro: Any) -> None:
+        fut = asyncio.ensure_future(coro)
+        self._bg.add(fut)
+        fut.add_done_callback(self._bg.discard)
+        fut.add_done_callback(log_failure)
+
+
+# What Lua shows of a task that may hold a secret (a command with a token in
+# it, output in its summary): masked; the raw log stays on disk (0600).
+_SHOWN_TEXT = ("label", "command", "summary", "error", "progress_text")
+
+
+def task_view(task: Any) -> dict[str, Any]:
+    """A task as Lua gets it (task list, notifications, API): secrets masked."""
+    view = task.to_dict()
+    for key in _SHOWN_TEXT:
+        if isinstance(view.get(key), str):
+            view[key] = mask(view[key])
+    return view
+
+
+def result_detail(result: ToolResult) -> str | None:
+    """The short text a finished call's diagnostic carries."""
+    if result.status == "failed":
+        first = result.body.strip().splitlines()[0] if result.body.strip() else "failed"
+        return fields_detail(result.fields) or mask(first)[:200]
+    if result.status in ("cancelled", "denied"):  # denied: who (Lua words it)
+        return str(result.fields.get("reason") or result.status)
+    return None
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts))
+
+
+def _duration(task: Any) -> float | None:
+    if task.started_at is None or task.ended_at is None:
+        return None
+    return round(task.ended_at - task.started_at, 2)

@@ -1,0 +1,457 @@
+"""The chat loop (DESIGN §10): send the chat, stream the reply in, run its calls,
+send the results back, until the model answers without tools or needs the user.
+
+One `Session` per chat buffer that has talked to a model. Its reply streams into
+a region of the buffer anchored by an extmark range (Lua keeps it through the
+user's edits elsewhere); edits are coalesced into at most one per `FRAME`
+seconds and sent without waiting for an answer. When the reply ends, its calls
+run under the same consent rules as :SidekickRunTool (the policy approves, or
+the loop stops at the call with ▶ until the user runs or denies it); once every
+call has a result (a running one counts) the loop sends again, up to
+`chat.max_turns` replies per user message.
+
+Completion notices of tasks that end while a reply streams or its calls are
+unresolved wait (a notice never lands between a call and its result); they are
+written when the chat is idle, and with `chat.send_on_notice` sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import tools
+from ..chat import ToolCall
+from ..chat.blocks import STOP_MAX_TOKENS, Usage
+from ..chat.parser import Chat
+from ..chat.render import fence_for
+from ..chat.reply import MARKER
+from ..chat.reply_render import Edit, ReplyRenderer
+from ..config import Config
+from ..secrets_mask import mask
+from ..tools.base import ToolResult
+from .chain import CallChain, UserError
+from .registry import CallRegistry
+from .writer import ResultWriter, log_failure
+
+log = logging.getLogger(__name__)
+
+FRAME = 0.016  # seconds: at most one buffer edit per frame while a reply streams
+NOTE_FENCE = "sidekick"  # ```sidekick ... blocks: the plugin's notes, never sent
+
+
+@dataclass
+class Session:
+    buf: int
+    cwd: str
+    armed: bool = False  # after the calls' results, the loop sends again by itself
+    turns: int = 0  # model replies since the user's last :SidekickSend
+    streaming: asyncio.Task[Any] | None = None
+    stopping: bool = False
+    mark: int | None = None  # the reply region's extmark (its ASSISTANT: line)
+    notices: list[list[str]] = field(default_factory=list)  # waiting to be written
+    sending: bool = False  # a send is being prepared (not streaming yet)
+
+    @property
+    def busy(self) -> bool:
+        return self.streaming is not None or self.sending
+
+
+class ChatLoop:
+    def __init__(
+        self,
+        port: Any,
+        registry: CallRegistry,
+        writer: ResultWriter,
+        chain: CallChain,
+        config: Config,
+    ) -> None:
+        self.port = port
+        self.registry = registry
+        self.writer = writer
+        self.chain = chain
+        self.config = config
+        self.sessions: dict[int, Session] = {}
+        self._client: Any = None
+        self._bg: set[asyncio.Future[Any]] = set()
+
+    # -- the user's commands ---------------------------------------------------------
+    async def send(self, buf: int, cwd: str) -> dict[str, Any]:
+        """:SidekickSend: pending calls of the last reply are denied (the user
+        replied instead), then the chat goes to the model."""
+        session = self.sessions.setdefault(buf, Session(buf, cwd))
+        if session.busy:
+            raise UserError(
+                "sidekick_tools: a reply is still streaming into this chat; :SidekickStop ends it"
+            )
+        session.cwd = cwd
+        session.turns = 0
+        session.armed = True
+        await self._deny_pending(buf)
+        return await self._send(session)
+
+    def stop(self, buf: int) -> dict[str, Any]:
+        """:SidekickStop: close the stream at once, keep what arrived, and disarm
+        the loop. Tasks keep running; the chat stays valid."""
+        session = self.sessions.get(buf)
+        if session is None or not (session.busy or session.armed):
+            return {"stopped": False, "message": "sidekick_tools: nothing to stop in this chat"}
+        session.armed = False
+        streaming = session.streaming is not None
+        if session.streaming is not None:
+            session.stopping = True
+            session.streaming.cancel()
+        return {
+            "stopped": True,
+            "message": "sidekick_tools: reply stopped"
+            if streaming
+            else "sidekick_tools: the loop will not send again by itself",
+        }
+
+    def busy(self, buf: int) -> bool:
+        """A reply streams into `buf`, or its calls are not all answered yet:
+        completion notices wait."""
+        session = self.sessions.get(buf)
+        if session is None:
+            return False
+        if session.busy:
+            return True
+        mirror = self.port.mirrors.get(buf)
+        return mirror is not None and bool(_unanswered(mirror.chat()))
+
+    def notice(self, buf: int, lines: list[str]) -> bool:
+        """A completion notice for a chat that talks to a model: the loop writes
+        it once the chat is idle (and sends it). False: not such a chat."""
+        session = self.sessions.get(buf)
+        if session is None:
+            return False
+        session.notices.append(lines)  # the task's final block, written next, wakes the loop
+        return True
+
+    # -- a result was written: the loop may go on ---------------------------------------
+    def result_written(self, buf: int) -> None:
+        session = self.sessions.get(buf)
+        if session is None or session.busy:
+            return
+        self._spawn(self._continue(session))
+
+    async def _continue(self, session: Session) -> None:
+        """Every call of the last reply has a result: write the notices that
+        waited, then send again if the loop is armed (or a notice arrived and
+        `send_on_notice`), unless the user is writing their own message."""
+        mirror = await self.port.mirror(session.buf)
+        if mirror is None or session.busy or _unanswered(mirror.chat()):
+            return
+        noticed = await self._flush_notices(session)
+        chat_cfg = self._chat_cfg()
+        want = (session.armed and chat_cfg.get("auto_send", True)) or (
+            noticed and chat_cfg.get("send_on_notice", True)
+        )
+        if not want:
+            return
+        mirror = await self.port.mirror(session.buf)
+        if mirror is None or _user_typing(mirror.chat(), mirror.lines):
+            if want and session.armed:
+                self.port.notify_user(
+                    "sidekick_tools: results are in; your message goes with them on :SidekickSend",
+                    "info",
+                )
+            session.armed = False
+            return
+        limit = int(chat_cfg.get("max_turns", 25))
+        if session.turns >= limit:
+            session.armed = False
+            self.port.notify_user(
+                f"sidekick_tools: {limit} replies in a row (chat.max_turns): the loop stops "
+                "here; :SidekickSend goes on",
+                "warn",
+            )
+            return
+        session.armed = True
+        try:
+            await self._send(session)
+        except UserError as exc:
+            session.armed = False
+            self.port.notify_user(str(exc), "error")
+
+    async def _flush_notices(self, session: Session) -> bool:
+        if not session.notices:
+            return False
+        notices, session.notices = session.notices, []
+        done = await asyncio.gather(
+            *(self.writer.write_notice(session.buf, lines) for lines in notices)
+        )
+        return any(done)
+
+    # -- sending -----------------------------------------------------------------------
+    async def _deny_pending(self, buf: int) -> None:
+        mirror = await self.chain.mirror(buf)
+        calls = _unanswered(mirror.chat())
+        waits = []
+        for call in calls:
+            tracked = await self.chain.prepare(buf, call)
+            if tracked is not None:
+                result = ToolResult(
+                    status="denied",
+                    body="Not run: the user replied instead.",
+                    fields={"reason": "user"},
+                )
+                waits.append(self.writer.write(tracked, result))
+        if waits:
+            await asyncio.gather(*waits)
+
+    async def _send(self, session: Session) -> dict[str, Any]:
+        from ..llm import ChatNotReady, ConfigError, LLMError, build_request
+
+        buf = session.buf
+        session.sending = True
+        try:
+            mirror = await self.chain.mirror(buf)
+            try:
+                request = build_request(
+                    mirror.lines, self._chat_cfg(), tools.REGISTRY.values(), chat=mirror.chat()
+                )
+            except (ChatNotReady, ConfigError) as exc:
+                raise UserError(f"sidekick_tools: {exc.message}") from None
+            try:
+                key = await self._key(request.provider)
+            except LLMError as exc:
+                raise UserError(f"sidekick_tools: {exc.message}") from None
+            mark = await self._open_reply(buf)
+        finally:
+            session.sending = False
+        session.mark = mark
+        session.turns += 1
+        session.stopping = False
+        session.streaming = asyncio.ensure_future(self._stream(session, request, key))
+        session.streaming.add_done_callback(log_failure)
+        return {"model": request.model_spec, "provider": request.provider.name}
+
+    async def _key(self, provider: Any) -> str | None:
+        from ..llm import resolve_key
+
+        spec = provider.api_key
+        if isinstance(spec, str) and spec.startswith("lua:"):
+            # a Lua function in the user's config: Lua calls it, the key comes back
+            return await self.port.lua_api_key(provider.name) or None
+        return await resolve_key(spec)
+
+    async def _open_reply(self, buf: int) -> int:
+        """Put the reply's ASSISTANT: line at the end of the chat (an empty last
+        USER: message becomes it), with an empty USER: message after it for the
+        user to type into while it streams. Returns the region's mark."""
+        mark = self.registry.new_mark()
+        for _ in range(50):
+            mirror = await self.chain.mirror(buf)
+            lines = mirror.lines
+            n = len(lines)
+            last = mirror.chat().messages[-1] if mirror.chat().messages else None
+            if (
+                last is not None
+                and last.role == "USER"
+                and not "".join(lines[last.start_row : last.end_row + 1])
+                .strip(" \t")
+                .removeprefix("USER:")
+                .strip()
+            ):
+                at = last.start_row  # an empty USER: message: the reply takes its place
+                edit = (at, n, [MARKER, "", "USER: "])
+                row = at
+            else:
+                pad = [""] if n and lines[-1].strip() else []
+                edit = (n, n, [*pad, MARKER, "", "USER: "])
+                row = n + len(pad)
+            if await self.port.apply(buf, mirror.tick, [edit]):
+                await self.port.reply_open(buf, mark, row)
+                return mark
+            await asyncio.sleep(0.005)
+        raise UserError("sidekick_tools: the chat kept changing; :SidekickSend again")
+
+    # -- streaming -----------------------------------------------------------------------
+    async def _stream(self, session: Session, request: Any, key: str | None) -> None:
+        from ..llm import LLMError
+
+        renderer = ReplyRenderer()
+        writer = _ReplyWriter(self.port, session, renderer)
+        error: str | None = None
+        stopped = False
+        try:
+            async for delta in self.client().stream(request, key, self._retry_notice(session)):
+                renderer.feed(delta)
+                writer.soon()
+        except asyncio.CancelledError:
+            stopped = True
+        except LLMError as exc:
+            error = exc.message
+        except Exception as exc:  # a bug must not lose the reply
+            log.exception("chat %d: the reply stream failed", session.buf)
+            error = f"internal error: {exc!r} (details in the host log)"
+        renderer.finish(stopped=stopped or error is not None)
+        note = []
+        if error is not None:
+            note = _note("error", mask(error))
+        elif stopped:
+            note = _note("stopped", "Stopped by the user; what arrived is above.")
+        elif renderer.reply.stop is not None and renderer.reply.stop.reason == STOP_MAX_TOKENS:
+            note = _note("max_tokens", "The reply reached chat.max_tokens and was cut there.")
+        await writer.final(note)
+        session.streaming = None
+        self._usage(session, renderer.reply.usage)
+        if error is not None:
+            session.armed = False
+            self.port.notify_user(f"sidekick_tools: {mask(error)}", "error")
+        elif stopped:
+            session.armed = False
+        await self._after_reply(session, [c.call_id for c in renderer.reply.tool_calls])
+
+    async def _after_reply(self, session: Session, call_ids: list[str]) -> None:
+        """Run the reply's calls as the policy allows; the loop goes on from the
+        last result written (`result_written`). A reply without calls ends the
+        loop: the chat is idle (notices that waited are written, and sent with
+        `send_on_notice`)."""
+        if not call_ids:
+            session.armed = False
+            await self._continue(session)
+            return
+        if not session.armed:  # stopped or failed: its calls wait for the user
+            return
+        mirror = await self.chain.mirror(session.buf)
+        first = mirror.chat().call_by_id(call_ids[0])
+        if first is None:
+            return
+        stopped_at = await self.chain.run_unasked(session.buf, first, session.cwd)
+        if stopped_at is not None:
+            self.port.notify_user(
+                f"sidekick_tools: {stopped_at.tool} {stopped_at.call_id} needs your consent: "
+                ":SidekickRunTool runs it, :SidekickDeny refuses it",
+                "warn",
+            )
+
+    def _usage(self, session: Session, usage: Usage) -> None:
+        if session.mark is None:
+            return
+        parts = []
+        if usage.input_tokens is not None:
+            parts.append(f"↑{usage.input_tokens}")
+        if usage.output_tokens is not None:
+            parts.append(f"↓{usage.output_tokens}")
+        if usage.cache_read_tokens:
+            parts.append(f"cache {usage.cache_read_tokens}")
+        if usage.cache_write_tokens:
+            parts.append(f"cache+ {usage.cache_write_tokens}")
+        if parts:
+            self.port.emit(
+                {"type": "usage", "buf": session.buf, "mark": session.mark, "text": " ".join(parts)}
+            )
+
+    def _retry_notice(self, session: Session) -> Any:
+        def on_retry(notice: Any) -> None:
+            self.port.notify_user(
+                f"sidekick_tools: {mask(notice.reason)}; trying again in {notice.delay:.1f}s "
+                f"({notice.attempt}/{notice.max_attempts})",
+                "warn",
+            )
+
+        return on_retry
+
+    def client(self) -> Any:
+        if self._client is None:
+            from ..llm import ChatClient, ChatConfig
+
+            settings = ChatConfig.from_dict(self._chat_cfg())
+            self._client = ChatClient(
+                timeouts=settings.timeouts, max_attempts=settings.max_attempts
+            )
+        return self._client
+
+    def _chat_cfg(self) -> dict[str, Any]:
+        return dict(self.config.chat or {})
+
+    def _spawn(self, coro: Any) -> None:
+        fut = asyncio.ensure_future(coro)
+        self._bg.add(fut)
+        fut.add_done_callback(self._bg.discard)
+        fut.add_done_callback(log_failure)
+
+
+class _ReplyWriter:
+    """The reply's edits, coalesced to one per frame, sent without waiting."""
+
+    def __init__(self, port: Any, session: Session, renderer: ReplyRenderer) -> None:
+        self.port = port
+        self.session = session
+        self.renderer = renderer
+        self._handle: asyncio.TimerHandle | None = None
+        self._last = 0.0
+        # The region starts as the ASSISTANT: line the send wrote: the renderer's
+        # first edit (that line itself) is already in the buffer.
+        renderer.take()
+        self._shown: list[str] = renderer.lines  # the region as the buffer has it
+
+    def soon(self) -> None:
+        if self._handle is not None:
+            return
+        loop = asyncio.get_event_loop()
+        wait = max(0.0, self._last + FRAME - time.monotonic())
+        self._handle = loop.call_later(wait, self.flush)
+
+    def flush(self) -> None:
+        self._handle = None
+        self._last = time.monotonic()
+        edit = self.renderer.take()
+        if edit is None:
+            return
+        self._send(edit)
+
+    def _send(self, edit: Edit) -> None:
+        expect = self._shown[edit.start_row]
+        self.port.reply_edit(
+            self.session.buf,
+            self.session.mark,
+            [edit.start_row, edit.start_col, edit.end_row, edit.end_col, list(edit.lines)],
+            expect,
+            len(self._shown),
+        )
+        self._shown = self.renderer.lines
+
+    async def final(self, note: list[str]) -> None:
+        """The last edit, the note under the reply (error, stop), and the region
+        written whole once if the user's edits ever made the two disagree."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        edit = self.renderer.take()
+        if edit is not None:
+            self._send(edit)
+        lines = self.renderer.lines
+        if note:
+            lines = [*lines, *note]
+        ok = await self.port.reply_close(self.session.buf, self.session.mark, lines)
+        if not ok:
+            log.warning("chat %d: the reply's region is gone; it was not written", self.session.buf)
+
+
+def _note(kind: str, text: str) -> list[str]:
+    """A note of the plugin's under a reply: shown in the chat, never sent."""
+    fence = fence_for(text)
+    return ["", f"{fence}{NOTE_FENCE} {kind}", *text.split("\n"), fence]
+
+
+def _unanswered(chat: Chat) -> list[ToolCall]:
+    """The calls of the last assistant message that have no result yet."""
+    last = chat.last_assistant()
+    return [c for c in (last.calls if last else []) if c.result is None]
+
+
+def _user_typing(chat: Chat, lines: list[str]) -> bool:
+    """The chat ends with a USER: message that has text in it (not a notice)."""
+    from ..chat.render import is_notice
+
+    last = chat.messages[-1] if chat.messages else None
+    if last is None or last.role != "USER" or is_notice(lines[last.start_row]):
+        return False
+    text = "\n".join(lines[last.start_row : last.end_row + 1])
+    return bool(text.removeprefix("USER:").strip())

@@ -1,0 +1,81 @@
+"""The state of every call of a chat, as its text says it, for Lua to draw.
+
+A change to a chat is scanned a moment later (typing is debounced): the calls
+no host follows get their state from the text (chat/states.py); the followed
+ones get their header row, so a mark that saving, reloading or a formatter
+dropped is set again. Nothing is sent when nothing a diagnostic shows changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .. import tools
+from ..chat import ToolCall
+from ..chat.states import scan_items, text_state
+from .registry import CallRegistry
+
+SCAN_DELAY = 0.15  # seconds after the last change
+
+
+def call_problem(call: ToolCall) -> str | None:
+    """What is wrong with a call's text or its parameters, if anything."""
+    return call.error or tools.check_call(call.tool, call.params or {})
+
+
+class DiagnosticScan:
+    def __init__(self, port: Any, registry: CallRegistry) -> None:
+        self.port = port
+        self.registry = registry
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._sent: dict[int, Any] = {}  # last scan sent (items, anchors), per buffer
+        # Rows of the followed call headers each buffer's last scan found: an edit
+        # over one of them (a formatter rewriting the buffer) may have dropped its
+        # extmark, so the next scan sends the rows to set the marks again.
+        self._anchor_rows: dict[int, set[int]] = {}
+        self._touched: set[int] = set()
+        # running blocks of each buffer that name a task this host does not
+        # follow, with why (a forged or copied block): shown as such
+        self.unfollowed: dict[int, dict[str, str]] = {}
+        port.on_buffer_change = self.changed
+
+    def changed(self, buf: int, first: int, last: int) -> None:
+        """Text changed in rows [first, last) (old numbering; last -1: to the end)."""
+        rows = self._anchor_rows.get(buf)
+        if rows and any(first <= r and (last < 0 or r < last) for r in rows):
+            self._touched.add(buf)
+        self.schedule(buf)
+
+    def schedule(self, buf: int, delay: float = SCAN_DELAY) -> None:
+        handle = self._timers.pop(buf, None)
+        if handle is not None:
+            handle.cancel()
+        self._timers[buf] = asyncio.get_event_loop().call_later(delay, self.scan, buf)
+
+    def scan(self, buf: int) -> None:
+        self._timers.pop(buf, None)
+        mirror = self.port.mirrors.get(buf)
+        if mirror is None:
+            return
+        chat = mirror.chat()
+        followed = self.registry.in_buffer(buf)
+        anchors = []
+        for call in chat.calls:
+            tracked = followed.get(call.call_id or "")
+            if tracked is None:
+                continue
+            if tracked.done and text_state(call) != tracked.state:
+                # undone (or edited) since: the text says what it is
+                self.registry.forget(tracked)
+                del followed[tracked.call_id]
+                continue
+            anchors.append([tracked.mark, call.start_row])
+        self._anchor_rows[buf] = {row for _, row in anchors}
+        items = scan_items(chat, set(followed), call_problem, self.unfollowed.get(buf))
+        touched = buf in self._touched
+        self._touched.discard(buf)
+        if not touched and (items, anchors) == self._sent.get(buf):
+            return  # typing inside a message changes no call's state: Neovim redraws nothing
+        self._sent[buf] = (items, anchors)
+        self.port.emit({"type": "scan", "buf": buf, "items": items, "anchors": anchors})

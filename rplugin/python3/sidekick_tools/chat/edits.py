@@ -1,0 +1,76 @@
+"""Where the plugin's additions go in a chat: pure edit computations.
+
+An edit is (start, end, lines): replace rows [start, end) with `lines`, in the
+buffer as parsed. The caller applies several bottom-up in one change.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .parser import Chat, ToolCall
+from .render import is_notice
+
+Edit = tuple[int, int, list[str]]
+
+
+def result_span(call: ToolCall) -> tuple[int, int]:
+    """Rows a call's result block occupies, or the empty span right after the call."""
+    if call.result is not None:
+        return call.result.start_row, call.result.end_row + 1
+    return call.end_row + 1, call.end_row + 1
+
+
+def notice_edit(chat: Chat, lines: list[str], notice: list[str]) -> Edit:
+    """Where a completion notice goes: before the last USER message when the user
+    may be typing there, else at the end. An earlier notice is the plugin's own
+    USER message: the next one goes after it, so notices keep their order."""
+    n = len(lines)
+    last = chat.messages[-1] if chat.messages else None
+    if last is not None and last.role == "USER" and not is_notice(lines[last.start_row]):
+        at = last.start_row
+        return (at, at, [*notice, ""] if notice[-1] != "" else notice)
+    pad = [""] if (n and lines[-1].strip() != "") else []
+    return (n, n, pad + notice)
+
+
+def user_line_edit(chat: Chat, resolving: list[ToolCall], lines: list[str]) -> Edit | None:
+    """Append `USER: ` when `resolving` are the last pending calls of the last
+    assistant message, unless the chat already ends with a USER message."""
+    last = chat.last_assistant()
+    if last is None or not chat.messages or chat.messages[-1] is not last:
+        return None
+    now = {id(c) for c in resolving}
+    if not any(id(c) in now for c in last.calls):
+        return None
+    if any(c.pending and id(c) not in now for c in last.calls):
+        return None
+    n = len(lines)
+    add = ["USER: "] if (n and lines[-1].strip() == "") else ["", "USER: "]
+    return (n, n, add)
+
+
+def locate(chat: Chat, call_id: str, row: int) -> ToolCall | None:
+    """The block of call `call_id`: the one at `row` (its extmark's row, -1 when
+    the mark is gone) if it has that id, else the first with that id. Saving,
+    reloading or reformatting a chat moves or drops extmarks but keeps the text."""
+    call = chat.call_at(row) if row >= 0 else None
+    if call is not None and call.start_row == row and call.call_id == call_id:
+        return call
+    return chat.call_by_id(call_id)
+
+
+def describe(call: ToolCall, limit: int = 120) -> str:
+    """One line naming what a call would do: a command, an agent's message, or
+    its parameters."""
+    params = call.params or {}
+    if call.tool == "run_terminal_command" and isinstance(params.get("command"), str):
+        text = params["command"]
+    elif call.tool == "use_agent":
+        text = f"{params.get('agent')}: {params.get('message')}"
+    elif params:
+        text = json.dumps(params, ensure_ascii=False)
+    else:
+        text = call.body
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,478 @@
+"""Findings of an attacker's review (issue 15, DESIGN §7, §10, §12), each shown in a
+real headless Neovim.
+
+Every test asserts what the promise says should happen and is marked
+``xfail(strict=True)``: it passes (as an expected failure) while the hole is
+open and starts failing once it is closed, so whoever closes it removes the
+marker. Run one Neovim: ``NVIM=0.11 .venv/bin/python -m pytest
+tests/integration/test_attack_findings.py -q``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.fake_provider import ThreadedFakeProvider, reply, tool_call
+from tests.fake_provider.anthropic_wire import events as anthropic_events
+from tests.fake_provider.anthropic_wire import sse as anthropic_sse
+
+pytestmark = pytest.mark.integration
+
+HEAD = "USER: go\n\nASSISTANT: On it.\n\n"
+GIT_ENV = {
+    **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+KEY = "sk-ant-api03-" + "k" * 40
+
+
+def call(call_id: str, tool: str, params: dict) -> str:
+    return f"```tool {tool} id={call_id}\n{json.dumps(params)}\n```\n"
+
+
+def header_row(editor, call_id: str) -> int:
+    return next(i for i, line in enumerate(editor.lines()) if f"id={call_id}" in line)
+
+
+def git_repo(path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(path)], check=True, env=GIT_ENV)
+    (path / "a.txt").write_text("a\n")
+    for args in (
+        ["add", "a.txt"],
+        ["-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "first"],
+    ):
+        subprocess.run(["git", *args], cwd=path, check=True, env=GIT_ENV)
+
+
+# --------------------------------------------------------------------------- finding 1
+@pytest.mark.xfail(strict=True, reason="finding 1: auto-run git prints files via .git/info/grafts")
+def test_f1_auto_run_git_reads_a_file_outside_through_git_info_grafts(editor, tmp_path):
+    """An unpacked repository whose .git/info/grafts is a symlink to a file outside
+    the working directory: the chained, auto-approved `git log` prints that file
+    line by line ("error: bad graft data: <line>") into the chat. git_guard checks
+    config, objects, alternates and the index, but not the other files git reads
+    from the git directory (info/grafts: every line; shallow and packed-refs: one)."""
+    editor.setup()
+    work = editor.workdir
+    git_repo(work)
+    secret = tmp_path / "outside-secret.txt"  # outside the working directory
+    secret.write_text("db-password-line-one Hunter2\nsecond-private-line\n")
+    (work / ".git" / "info").mkdir(exist_ok=True)
+    (work / ".git" / "info" / "grafts").symlink_to(secret)
+    # git_guard allows advice.* keys: the repository can even silence git's hint
+    with open(work / ".git" / "config", "a") as f:
+        f.write("[advice]\n\tgraftFileDeprecated = false\n")
+    editor.open_chat(
+        HEAD
+        + call("c1", "run_terminal_command", {"command": "echo start"})
+        + "\n"
+        + call("c2", "run_terminal_command", {"command": "git log --oneline"})
+    )
+    editor.run_tool(5)  # the user runs c1; c2 follows on its own
+    editor.wait_text("```result id=c2 status=")
+    text = editor.text()
+    assert "Hunter2" not in text and "second-private-line" not in text, text
+
+
+# --------------------------------------------------------------------------- finding 2
+@pytest.mark.xfail(strict=True, reason="finding 2: RunTools runs another call of the same id")
+def test_f2_run_tools_runs_an_earlier_call_that_shares_the_pending_calls_id(editor):
+    """A chat whose last message holds a pending call with the id of an earlier
+    call the user DENIED (a hostile model reuses the id in its next reply; a chat
+    from a repository can hold it too). :SidekickRunTools (with or without its
+    question, which shows `echo harmless`) runs the denied command instead:
+    `_run_ids` looks the id up with `call_by_id`, the first call of that id."""
+    editor.setup()
+    pwned = editor.workdir / "pwned"
+    chat = (
+        "USER: set up\n\nASSISTANT: Let me prepare.\n\n"
+        + call("c1", "run_terminal_command", {"command": f"touch {pwned}"})
+        + "\n```result id=c1 status=denied reason=user\nThe user denied this call.\n```\n\n"
+        + "USER: now say hi\n\nASSISTANT: Sure.\n\n"
+        + call("c1", "run_terminal_command", {"command": "echo harmless"})
+    )
+    editor.open_chat(chat)
+    editor.lua("return require('sidekick_tools').run_tools(0, { confirm = false })")
+    time.sleep(3)
+    assert not pwned.exists(), editor.text()
+
+
+# --------------------------------------------------------------------------- finding 5
+@pytest.mark.xfail(strict=True, reason="finding 5: secrets are not masked in the chat")
+def test_f5_a_key_printed_by_an_auto_run_command_lands_unmasked_in_the_chat(editor):
+    """DESIGN §12: key formats are masked in everything the plugin writes into a
+    chat. Only the request to the model (llm/request.py) and MCP answers mask;
+    the result block written into the buffer (and saved with it) does not."""
+    editor.setup()
+    (editor.workdir / ".env").write_text(f"ANTHROPIC_API_KEY={KEY}\nGH=ghp_{'a' * 36}\n")
+    editor.open_chat(
+        HEAD
+        + call("c1", "run_terminal_command", {"command": "echo start"})
+        + "\n"
+        + call("c2", "run_terminal_command", {"command": "cat .env"})
+    )
+    editor.run_tool(5)
+    editor.wait_text("```result id=c2 status=completed")
+    editor.nvim.command("write")
+    saved = (editor.workdir / "chat.sidekick.md").read_text()
+    assert KEY not in saved and "ghp_" + "a" * 36 not in saved, saved
+
+
+# --------------------------------------------------------------------------- finding 3
+@pytest.mark.xfail(strict=True, reason="finding 3: tasks.max_log_bytes does not exist")
+def test_f3_an_auto_run_command_writes_logs_without_any_size_bound(editor):
+    """DESIGN §8/§12: a task's logs stop at tasks.max_log_bytes (the task fails
+    with reason=log_limit). The option is not implemented (config.lua drops it
+    silently) and nothing bounds a log but the time limit: an auto-approved
+    `cat f f f ...` (or `tail -f` of a growing file, or one sparse file from an
+    unpacked archive) writes at disk speed for auto_accept.timeout (120 s), and a
+    reply can hold many such calls. Here 32 MiB go to disk against a 1 MiB bound."""
+    editor.setup(tasks={"max_log_bytes": 1 << 20})
+    (editor.workdir / "big").write_bytes(b"x" * 4095 + b"\n" * 1 + b"y" * (4 << 20))
+    editor.open_chat(
+        HEAD
+        + call("c1", "run_terminal_command", {"command": "echo start"})
+        + "\n"
+        + call("c2", "run_terminal_command", {"command": "cat " + " ".join(["big"] * 8)})
+    )
+    editor.run_tool(5)
+    text = editor.wait_text("```result id=c2 status=")
+    token = text.split("```result id=c2 status=")[1].split("task=")[1].split()[0]
+    log = editor.state_dir / "tasks" / token / "stdout"
+    assert log.stat().st_size <= 2 << 20, f"{log.stat().st_size} bytes logged"
+    assert "```result id=c2 status=failed" in text and "log_limit" in text
+
+
+# --------------------------------------------------------------------------- finding 4
+def _host_pid(editor) -> int:
+    return editor.lua(
+        "local chan = require('sidekick_tools.host').channel()\n"
+        "return chan and vim.fn.jobpid(chan) or 0"
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.mark.xfail(strict=True, reason="finding 4: a task_output filter freezes host and editor")
+def test_f4_a_hostile_task_output_filter_freezes_the_editor(editors):
+    """DESIGN §12: "a filter regex runs with a time limit"; issue 15 names this
+    very case. task_output's filter runs Python `re` with no limit: a chained,
+    auto-approved task_output on the chat's own task with filter ^(a+)+$ over a
+    line of 30 a's and a ! keeps the host busy for minutes (40 a's: days), and
+    every editor request to the host (any :Sidekick command, list_tasks())
+    blocks Neovim meanwhile (rpcrequest is synchronous)."""
+    ed = editors()
+    ed.setup(tasks={"hybrid_threshold": 5})
+    line = "a" * 30 + "!"
+    ed.open_chat(HEAD + call("c1", "run_terminal_command", {"command": f"echo {line}"}))
+    ed.run_tool(5)
+    text = ed.wait_text("```result id=c1 status=completed")
+    token = text.split("task=")[1].split()[0]
+    pid = _host_pid(ed)
+    assert pid > 0
+    ed.lua(
+        "vim.api.nvim_buf_set_lines(0, -1, -1, false, ...)",
+        [
+            "",
+            "USER: filter it",
+            "",
+            "ASSISTANT: Looking.",
+            "",
+            *call("c2", "run_terminal_command", {"command": "echo again"}).splitlines(),
+            "",
+            *call("c3", "task_output", {"task": token, "filter": "^(a+)+$"}).splitlines(),
+        ],
+    )
+    ed.run_tool(header_row(ed, "c2") + 1)  # the user runs c2; c3 (own task) follows unasked
+    time.sleep(1.5)
+    box: dict = {}
+
+    def probe() -> None:
+        t = time.monotonic()
+        try:
+            box["tasks"] = ed.lua("return #require('sidekick_tools').list_tasks()")
+        except Exception as exc:  # the host was killed below to unfreeze the editor
+            box["error"] = repr(exc)
+            return
+        box["seconds"] = time.monotonic() - t
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(5)
+    if _alive(pid):  # unfreeze the editor whatever happened
+        os.kill(pid, signal.SIGKILL)
+    assert "seconds" in box, "an editor request got no answer within 5 s"
+    assert box["seconds"] < 1.0, box
+
+
+# --------------------------------------------------------------------------- finding 6
+def _deep_tool_reply(depth: int) -> object:
+    """An Anthropic reply whose tool input streams as {"paths": [[[[...]]]]}."""
+    evs = anthropic_events(
+        reply(tool_call("read_files", {"paths": ["PLACEHOLDER"]}, id="toolu_deep"), chunk=0),
+        "fake-model",
+        "msg_deep",
+        lambda n: f"toolu_{n}",
+    )
+    body = b"".join(anthropic_sse(name, data) for name, data, _ in evs)
+    deep = ("[" * depth + "]" * depth).encode()
+    assert b'[\\"PLACEHOLDER\\"]' in body
+    return reply(raw_body=body.replace(b'[\\"PLACEHOLDER\\"]', deep))
+
+
+@pytest.mark.xfail(strict=True, reason="finding 6: deep JSON in a streamed call wedges the chat")
+def test_f6_a_deeply_nested_tool_input_leaves_the_chat_stuck_streaming(editor):
+    """DESIGN §12: JSON nesting is bounded and each call's problem stays that
+    call's. The chat parser bounds nesting, but chat/reply.py parse_tool_input
+    runs json.loads on the streamed input and catches only ValueError: the
+    RecursionError escapes ReplyRenderer.take() in _ReplyWriter.final(), so
+    `session.streaming` is never cleared. Nothing is said to the user; the chat
+    is "still streaming" forever: :SidekickSend refuses, :SidekickStop answers
+    "reply stopped" but clears nothing, completion notices wait for ever."""
+    with ThreadedFakeProvider(api_key=KEY) as fake:
+        fake.push(_deep_tool_reply(100_000), reply("second answer"))
+        editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
+        editor.setup(
+            chat={
+                "model": "fake/test-model",
+                "providers": {
+                    "fake": {
+                        "kind": "anthropic",
+                        "base_url": fake.anthropic_url,
+                        "api_key": "env:FAKE_KEY",
+                    }
+                },
+            }
+        )
+        editor.open_chat("USER: read something\n")
+        editor.lua("return require('sidekick_tools').send()")
+        wait_for(lambda: len(fake.requests) == 1)
+        time.sleep(2)
+        editor.lua("require('sidekick_tools').stop()")
+        editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: hello again'})")
+        result = editor.lua("return { require('sidekick_tools').send() }")
+        assert "still streaming" not in str(result), result
+
+
+# --------------------------------------------------------------------------- finding 7
+@pytest.mark.xfail(strict=True, reason="finding 7: a key reaches the chat via an internal error")
+def test_f7_an_api_key_with_a_non_ascii_character_is_written_into_the_chat(editor):
+    """DESIGN §10: a key never enters the chat or an error message. A key pasted
+    with a typographic hyphen (U+2010, what word processors and chat apps turn
+    "-" into) makes httpx raise UnicodeEncodeError while building the headers;
+    loop._stream catches it as an internal error and writes f"{exc!r}" (which
+    holds the whole header value) into the chat under the reply and into a
+    notification. It is masked with the key formats only, not with the key
+    itself, and the typographic hyphens keep the format masks from matching."""
+    key = "sk\u2010ant\u2010api03\u2010" + "Q" * 40  # the real key, with U+2010 for "-"
+    with ThreadedFakeProvider(api_key=KEY) as fake:
+        editor.lua("vim.env.FAKE_KEY = ...", key)
+        editor.setup(
+            chat={
+                "model": "fake/test-model",
+                "providers": {
+                    "fake": {
+                        "kind": "anthropic",
+                        "base_url": fake.anthropic_url,
+                        "api_key": "env:FAKE_KEY",
+                    }
+                },
+            }
+        )
+        editor.open_chat("USER: hello\n")
+        editor.lua("return require('sidekick_tools').send()")
+        wait_for(lambda: "```sidekick" in editor.text() or editor.notifications(), timeout=10)
+        time.sleep(0.5)
+        shown = editor.text() + "\n".join(editor.notifications())
+        assert "Q" * 40 not in shown, shown
+
+
+# --------------------------------------------------------------------------- finding 8
+PEM_BODY = [
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
+    "QyNTUxOQAAACBzZWNyZXQta2V5LWJvZHktdGhhdC1tdXN0LW5vdC1sZWFrAAAAkGFhYWFh",
+    "YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYW",
+]
+
+
+@pytest.mark.xfail(strict=True, reason="finding 8: a private key without its BEGIN line is sent")
+def test_f8_a_private_key_read_without_its_begin_line_reaches_the_model(editor):
+    """DESIGN §10/§12: PEM private keys are masked in what is sent to a model.
+    The mask needs the BEGIN line: an auto-approved `tail -n +2 deploy_key`
+    (or `grep -v BEGIN deploy_key`) prints the key body and its END line, and
+    the next request carries them verbatim."""
+    (editor.workdir / "deploy_key").write_text(
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+        + "\n".join(PEM_BODY)
+        + "\n-----END OPENSSH PRIVATE KEY-----\n"
+    )
+    with ThreadedFakeProvider(api_key=KEY) as fake:
+        fake.push(
+            reply(tool_call("run_terminal_command", {"command": "tail -n +2 deploy_key"})),
+            reply("Thanks."),
+        )
+        editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
+        editor.setup(
+            chat={
+                "model": "fake/test-model",
+                "providers": {
+                    "fake": {
+                        "kind": "anthropic",
+                        "base_url": fake.anthropic_url,
+                        "api_key": "env:FAKE_KEY",
+                    }
+                },
+            }
+        )
+        editor.open_chat("USER: look at the deploy key\n")
+        editor.lua("return require('sidekick_tools').send()")
+        wait_for(lambda: len(fake.requests) == 2, timeout=20)
+        sent = json.dumps(fake.requests[1].json)
+        assert not any(line in sent for line in PEM_BODY), sent[-1500:]
+
+
+# --------------------------------------------------------------------------- finding 9
+@pytest.mark.xfail(strict=True, reason="finding 9: a long streamed line freezes the editor")
+def test_f9_a_reply_with_one_long_line_freezes_editor_requests(editor):
+    """DESIGN §9/§10/§12: the host never blocks on what the model controls, and
+    editor requests stay fast while a reply streams. Every frame the renderer
+    diffs the reply's last line with a per-character Python loop
+    (reply_render._common_prefix): a reply that is one long line (minified code,
+    base64, or a hostile server) costs O(length) per frame on the host's event
+    loop, quadratic in all. 6 MiB in 256 KiB deltas hold editor requests for
+    seconds (16 MiB: 45 s measured)."""
+    with ThreadedFakeProvider(api_key=KEY) as fake:
+        fake.push(reply("x" * (6 << 20), chunk=256 << 10, tokens_per_second=20))
+        editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
+        editor.setup(
+            chat={
+                "model": "fake/test-model",
+                "providers": {
+                    "fake": {
+                        "kind": "anthropic",
+                        "base_url": fake.anthropic_url,
+                        "api_key": "env:FAKE_KEY",
+                    }
+                },
+            }
+        )
+        editor.open_chat("USER: hi\n")
+        editor.lua("return require('sidekick_tools').send()")
+        wait_for(lambda: len(fake.requests) == 1)
+        worst = 0.0
+        deadline = time.monotonic() + 12
+        while time.monotonic() < deadline:
+            t = time.monotonic()
+            editor.lua("return #require('sidekick_tools').list_tasks()")
+            worst = max(worst, time.monotonic() - t)
+            time.sleep(0.05)
+        assert worst < 1.0, f"an editor request waited {worst:.1f} s"
+
+
+# --------------------------------------------------------------------------- finding 10
+def _peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@pytest.mark.xfail(strict=True, reason="finding 10: read_files has no bound on paths or total")
+def test_f10_one_auto_run_read_files_call_grows_the_host_by_hundreds_of_mb(editor):
+    """read_files caps each file at 256 KiB but not the number of paths nor the
+    total: one auto-approved call naming a 256 KiB file 400 times builds a
+    100 MiB answer in the host (peak RSS grew by 1.7 GiB for 1,000). The parser lets a
+    call body reach 1 MiB, enough for 100,000+ paths: tens of GiB, an OOM kill
+    of the host or of something else on the machine."""
+    editor.setup()
+    (editor.workdir / "big.txt").write_text(("y" * 99 + "\n") * 2621)  # ~256 KiB
+    editor.open_chat(HEAD + call("c1", "run_terminal_command", {"command": "echo start"}))
+    editor.run_tool(5)
+    editor.wait_text("```result id=c1 status=completed")
+    pid = _host_pid(editor)
+    before = _peak_rss_mb(pid)
+    editor.lua(
+        "vim.api.nvim_buf_set_lines(0, -1, -1, false, ...)",
+        [
+            "",
+            "USER: read",
+            "",
+            "ASSISTANT: Reading.",
+            "",
+            *call("c2", "run_terminal_command", {"command": "echo again"}).splitlines(),
+            "",
+            *call("c3", "read_files", {"paths": ["big.txt"] * 400}).splitlines(),
+        ],
+    )
+    editor.run_tool(header_row(editor, "c2") + 1)
+    editor.wait_text("```result id=c3 status=", timeout=60)
+    grown = _peak_rss_mb(pid) - before
+    assert grown < 100, f"the host's peak memory grew by {grown:.0f} MB for one call"
+
+
+# --------------------------------------------------------------------------- finding 12
+@pytest.mark.xfail(strict=True, reason="finding 12: a notice re-arms a stopped loop")
+def test_f12_after_stop_a_models_background_task_restarts_the_loop(editor):
+    """DESIGN §10: :SidekickStop "disarms the loop". A model that first started an
+    auto-approved background task (`tail -F --retry x`, async) is stopped by the
+    user mid-reply; when that task ends (auto_accept.timeout), its completion
+    notice is sent (send_on_notice), `_continue` sets `armed = True` again, and
+    the model's next calls run unasked: the loop goes on without the user, up
+    to max_turns, each turn able to start the next such task."""
+    pwned_probe = "call_after_stop"
+    with ThreadedFakeProvider(api_key=KEY) as fake:
+        fake.push(
+            reply(
+                tool_call(
+                    "run_terminal_command",
+                    {"command": "tail -F --retry not-there", "async": True},
+                    id="call_bg",
+                )
+            ),
+            reply("Working on it. " * 40, chunk=4, hang_after=20),
+            reply(tool_call("list_directory", {"path": "."}, id=pwned_probe)),
+            reply("Carried on without you."),
+        )
+        editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
+        editor.setup(
+            auto_accept={"timeout": 4},
+            chat={
+                "model": "fake/test-model",
+                "providers": {
+                    "fake": {
+                        "kind": "anthropic",
+                        "base_url": fake.anthropic_url,
+                        "api_key": "env:FAKE_KEY",
+                    }
+                },
+            },
+        )
+        editor.open_chat("USER: start watching\n")
+        editor.lua("return require('sidekick_tools').send()")
+        editor.wait_text("Working on it.")
+        editor.lua("require('sidekick_tools').stop()")
+        editor.wait_text("```sidekick stopped")
+        time.sleep(8)  # the task times out at 4 s
+        assert f"```result id={pwned_probe}" not in editor.text(), editor.text()
+        assert len(fake.requests) == 2

@@ -1,0 +1,377 @@
+"""The chat loop (DESIGN §10) in a real headless Neovim, against the fake provider
+on loopback, for each provider kind: send, stream, run the reply's calls, send
+the results back, stop, errors, steering."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.fake_provider import (
+    ThreadedFakeProvider,
+    http_error,
+    reply,
+    stream_error,
+    text,
+    thinking,
+    tool_call,
+)
+
+pytestmark = pytest.mark.integration
+
+KEY = "sk-ant-api03-" + "k" * 40  # a key-shaped secret: it must appear nowhere
+
+
+@pytest.fixture(params=["anthropic", "openai"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def fake() -> Iterator[Any]:
+    with ThreadedFakeProvider(api_key=KEY) as server:
+        yield server
+
+
+def setup(editor, fake, kind: str, **chat: Any) -> None:
+    url = fake.anthropic_url if kind == "anthropic" else fake.openai_url
+    editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
+    editor.setup(
+        chat={
+            "model": "fake/test-model",
+            "providers": {"fake": {"kind": kind, "base_url": url, "api_key": "env:FAKE_KEY"}},
+            **chat,
+        }
+    )
+
+
+def send(editor) -> Any:
+    return editor.lua("return require('sidekick_tools').send()")
+
+
+def messages(request: Any) -> list[dict]:
+    return request.json["messages"]
+
+
+def test_a_text_reply_streams_in(editor, fake, kind):
+    fake.push(reply("Hello there.\nA second line.", chunk=3))
+    setup(editor, fake, kind)
+    editor.open_chat("USER: say hello\n")
+    res = send(editor)
+    assert res["model"] == "fake/test-model"
+    text_ = editor.wait_text("A second line.")
+    lines = text_.split("\n")
+    assert lines[:4] == ["USER: say hello", "", "ASSISTANT: Hello there.", "A second line."]
+    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    sent = fake.requests[0]
+    assert messages(sent)[-1]["content"] in (
+        "say hello",
+        [{"type": "text", "text": "say hello", "cache_control": {"type": "ephemeral"}}],
+    )
+    # the key is nowhere: not in the buffer, not in any file under the state dir
+    assert KEY not in editor.text()
+    for path in editor.state_dir.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_a_safe_call_runs_and_its_result_goes_back_paired(editor, fake, kind):
+    fake.push(
+        reply("Let me look.", tool_call("list_directory", {"path": "."}, id="call_ls1")),
+        reply("There is one file."),
+    )
+    (editor.workdir / "only.txt").write_text("x")
+    setup(editor, fake, kind)
+    editor.open_chat("USER: what is here?\n")
+    send(editor)
+    editor.wait_text("There is one file.")
+    text_ = editor.text()
+    assert "```tool list_directory id=call_ls1" in text_
+    assert "```result id=call_ls1 status=completed" in text_
+    wait_for(lambda: len(fake.requests) == 2)
+    second = messages(fake.requests[1])
+    if kind == "anthropic":
+        results = [b for b in second[-1]["content"] if b["type"] == "tool_result"]
+        assert results[0]["tool_use_id"] == "call_ls1"
+        assert "only.txt" in json.dumps(results[0]["content"])
+    else:
+        tool_msgs = [m for m in second if m["role"] == "tool"]
+        assert tool_msgs[0]["tool_call_id"] == "call_ls1"
+        assert "only.txt" in tool_msgs[0]["content"]
+    wait_for(lambda: editor.lines()[-1] == "USER: ")
+
+
+def test_an_unsafe_call_stops_the_loop_until_denied(editor, fake, kind):
+    fake.push(
+        reply(tool_call("run_terminal_command", {"command": "rm -rf build"}, id="call_rm")),
+        reply("Understood, not removing it."),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: clean up\n")
+    send(editor)
+    text_ = editor.wait_text("```tool run_terminal_command id=call_rm")
+    row = text_.split("\n").index("```tool run_terminal_command id=call_rm")
+    editor.wait_diag(row, "▶ run_terminal_command")
+    wait_for(lambda: any(":SidekickDeny" in n for n in editor.notifications()))
+    assert len(fake.requests) == 1  # the loop waits for the user
+    editor.nvim.command(f"call cursor({row + 1}, 1)")
+    editor.nvim.command("SidekickDeny keep the build folder")
+    editor.wait_text("Understood, not removing it.")
+    second = json.dumps(fake.requests[1].json)
+    assert "keep the build folder" in second
+
+
+def test_stop_mid_stream_keeps_the_text_and_leaves_a_valid_chat(editor, fake, kind):
+    # the stream sends some events, then hangs until the client goes away
+    fake.push(
+        reply(
+            "Part one. " * 20, tool_call("list_directory", {"path": "."}), chunk=5, hang_after=12
+        ),
+        reply("Second answer."),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: talk\n")
+    send(editor)
+    editor.wait_text("Part one. Part one.")
+    editor.lua("require('sidekick_tools').stop()")
+    text_ = editor.wait_text("```sidekick stopped")
+    assert "Part one." in text_
+    wait_for(lambda: fake.requests[0].disconnected)
+    # the chat goes on: the user writes and sends again
+    editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: go on'})")
+    send(editor)
+    editor.wait_text("Second answer.")
+    sent = json.dumps(fake.requests[1].json)
+    assert "Stopped by the user" not in sent  # the plugin's note is not sent
+
+
+def test_errors_are_said_under_the_reply_and_retries_are_visible(editor, fake, kind):
+    fake.push(
+        http_error(429, "slow down", retry_after=0),
+        reply("Half an answer", stream_error("overloaded_error", "busy now")),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: hi\n")
+    send(editor)
+    text_ = editor.wait_text("```sidekick error")
+    assert "Half an answer" in text_
+    assert "busy now" in text_
+    wait_for(lambda: any("trying again" in n for n in editor.notifications()))
+    assert any("busy now" in n for n in editor.notifications())
+    assert KEY not in text_
+
+
+def test_thinking_round_trips_byte_identical(editor, fake):
+    fake.push(
+        reply(
+            thinking("step 1\n  step 2 with `ticks`"),
+            text("Done."),
+            tool_call("list_directory", {"path": "."}, id="toolu_t1"),
+        ),
+        reply("All good."),
+    )
+    setup(editor, fake, "anthropic", thinking=1024)
+    editor.open_chat("USER: think\n")
+    send(editor)
+    editor.wait_text("All good.")
+    first = fake.requests[0]
+    second = fake.requests[1].json
+    assistant = second["messages"][-2]
+    think = [b for b in assistant["content"] if b["type"] == "thinking"][0]
+    assert think["thinking"] == "step 1\n  step 2 with `ticks`"
+    assert think["signature"]
+    assert first.status == 200 and fake.requests[1].status == 200
+
+
+def test_typing_during_a_stream_is_not_overwritten(editor, fake, kind):
+    fake.push(reply("word " * 60, chunk=4, tokens_per_second=80))
+    setup(editor, fake, kind)
+    editor.open_chat("USER: long one\n")
+    send(editor)
+    editor.wait_text("word word word")
+    # the user types the next message below while the reply streams
+    editor.lua(
+        "local n = vim.api.nvim_buf_line_count(0)"
+        " vim.api.nvim_buf_set_lines(0, n - 1, n, false, {'USER: and then this'})"
+    )
+    wait_for(lambda: fake.requests[0].status == 200 and "word word" in editor.text())
+    wait_for(lambda: editor.text().count("word") >= 60)
+    lines = editor.lines()
+    assert lines[-1] == "USER: and then this"
+    assert sum(line.count("word") for line in lines) == 60
+
+
+def test_stop_drops_a_half_streamed_call_and_says_so(editor, fake, kind):
+    paths = [f"some/long/path/number/{i}.txt" for i in range(12)]
+    fake.push(reply("Reading.", tool_call("read_files", {"paths": paths}), chunk=5, hang_after=15))
+    setup(editor, fake, kind)
+    editor.open_chat("USER: read them\n")
+    send(editor)
+    editor.wait_text("Reading.")
+    wait_for(lambda: "read_files" in editor.text() or fake.requests[0].status == 200)
+    editor.lua("require('sidekick_tools').stop()")
+    text_ = editor.wait_text("```sidekick stopped")
+    assert "[tool call read_files dropped" in text_
+    assert "```tool read_files" not in text_  # no broken call is left to run
+    assert not [c for c in editor.lines() if c.startswith("```result")]
+
+
+def test_parallel_calls_run_and_pair_in_order(editor, fake, kind):
+    (editor.workdir / "a.txt").write_text("AAA")
+    (editor.workdir / "b.txt").write_text("BBB")
+    fake.push(
+        reply(
+            tool_call("read_files", {"paths": ["a.txt"]}, id="call_a"),
+            tool_call("read_files", {"paths": ["b.txt"]}, id="call_b"),
+            interleave_calls=True,
+        ),
+        reply("Both read."),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: read both\n")
+    send(editor)
+    editor.wait_text("Both read.")
+    second = fake.requests[1].json
+    if kind == "anthropic":
+        ids = [b["tool_use_id"] for b in second["messages"][-1]["content"] if "tool_use_id" in b]
+    else:
+        ids = [m["tool_call_id"] for m in second["messages"] if m["role"] == "tool"]
+    assert ids == ["call_a", "call_b"]
+    assert "AAA" in json.dumps(second) and "BBB" in json.dumps(second)
+
+
+def test_sending_with_calls_pending_denies_them_first(editor, fake, kind):
+    fake.push(reply("ok then"))
+    setup(editor, fake, kind)
+    editor.open_chat(
+        "USER: go\n\nASSISTANT: Shall I?\n\n"
+        '```tool run_terminal_command id=call_p\n{"command": "make deploy"}\n```\n\n'
+        "USER: no, just tell me\n"
+    )
+    send(editor)
+    editor.wait_text("ok then")
+    text_ = editor.text()
+    assert "```result id=call_p status=denied reason=user" in text_
+    assert "Not run: the user replied instead." in text_
+    sent = json.dumps(fake.requests[0].json)
+    assert "Not run: the user replied instead." in sent and "no, just tell me" in sent
+
+
+def test_max_turns_stops_the_loop(editor, fake, kind):
+    for i in range(5):
+        fake.push(reply(f"turn {i}", tool_call("list_directory", {"path": "."}, id=f"c{i}")))
+    setup(editor, fake, kind, max_turns=2)
+    editor.open_chat("USER: loop\n")
+    send(editor)
+    wait_for(lambda: any("chat.max_turns" in n for n in editor.notifications()))
+    assert len(fake.requests) == 2
+    assert "turn 1" in editor.text() and "turn 2" not in editor.text()
+
+
+@pytest.mark.parametrize(
+    "item,words",
+    [
+        (http_error(401), "401"),
+        (http_error(500, "the server broke"), "the server broke"),
+        (reply("partial", drop_after=4), "before the reply was complete"),
+        (reply("x", raw_body=b"data: {not json\n\n"), ""),
+    ],
+    ids=["unauthorized", "server-error", "dropped", "malformed"],
+)
+def test_each_error_kind_is_said_and_loses_nothing(editor, fake, kind, item, words):
+    fake.push(item)
+    setup(editor, fake, kind)
+    editor.open_chat("USER: hi\n")
+    send(editor)
+    text_ = editor.wait_text("```sidekick error")
+    note = text_.split("```sidekick error", 1)[1]
+    assert words in note
+    if "partial" in repr(item):
+        assert "ASSISTANT: partial" in text_
+    assert any(n.startswith("sidekick_tools:") for n in editor.notifications())
+    # the chat is valid: sending again works once the provider answers
+    fake.push(reply("recovered"))
+    editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: again'})")
+    send(editor)
+    editor.wait_text("recovered")
+
+
+def wait_cmd(marker) -> str:
+    return f"while [ ! -e {marker} ]; do sleep 0.05; done; echo task-done"
+
+
+def background_chat(marker) -> str:
+    params = {"command": wait_cmd(marker), "async": True}
+    return (
+        "USER: start it\n\nASSISTANT: Starting.\n\n"
+        f"```tool run_terminal_command id=call_bg\n{json.dumps(params)}\n```\n"
+    )
+
+
+def test_a_notice_never_lands_between_a_call_and_its_result(editor, fake, kind):
+    marker = editor.workdir / "release"
+    fake.push(
+        reply(
+            "Looking around while it runs. " * 6,
+            tool_call("list_directory", {"path": "."}, id="call_ls"),
+            chunk=4,
+            tokens_per_second=60,
+        ),
+        reply("Noted both."),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat(background_chat(marker))
+    editor.run_tool(5)
+    text_ = editor.wait_text("```result id=call_bg status=running task=")
+    token = text_.split("task=")[1].split()[0]
+    editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: meanwhile, look around'})")
+    send(editor)
+    editor.wait_text("Looking around while it runs.")
+    marker.write_text("")  # the task ends while the reply streams
+    final = editor.wait_text("Noted both.")
+    lines = final.split("\n")
+    notice = lines.index(f"USER: [sidekick task {token} completed]")
+    result = next(i for i, line in enumerate(lines) if line.startswith("```result id=call_ls"))
+    call = lines.index("```tool list_directory id=call_ls")
+    assert call < result < notice  # the notice waited for the call's result
+    # the next request carries the result first, then the notice
+    second = json.dumps(fake.requests[1].json)
+    assert second.index("call_ls") < second.index(f"sidekick task {token} completed")
+
+
+def test_a_notice_in_an_idle_chat_is_sent(editor, fake, kind):
+    marker = editor.workdir / "release"
+    fake.push(reply("I will wait for it."), reply("The task finished; all good."))
+    setup(editor, fake, kind)
+    editor.open_chat(background_chat(marker))
+    editor.run_tool(5)
+    text_ = editor.wait_text("```result id=call_bg status=running task=")
+    token = text_.split("task=")[1].split()[0]
+    editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: tell me when done'})")
+    send(editor)
+    editor.wait_text("I will wait for it.")
+    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    marker.write_text("")
+    editor.wait_text("The task finished; all good.")
+    sent = json.dumps(fake.requests[1].json)
+    assert f"sidekick task {token} completed" in sent
+
+
+def test_no_send_on_notice_when_turned_off(editor, fake, kind):
+    marker = editor.workdir / "release"
+    fake.push(reply("I will wait for it."))
+    setup(editor, fake, kind, send_on_notice=False)
+    editor.open_chat(background_chat(marker))
+    editor.run_tool(5)
+    text_ = editor.wait_text("```result id=call_bg status=running task=")
+    token = text_.split("task=")[1].split()[0]
+    editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: tell me when done'})")
+    send(editor)
+    editor.wait_text("I will wait for it.")
+    marker.write_text("")
+    editor.wait_text(f"USER: [sidekick task {token} completed]")
+    assert len(fake.requests) == 1

@@ -1,0 +1,246 @@
+"""What a user sees of each call's state, and consent both ways: :SidekickDeny
+refuses a call, :SidekickRunTools asks once before running calls the policy
+would not approve (DESIGN §5, §6)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.integration.ui_helpers import HEADER_ROW, call_block, chat
+from tests.integration.ui_screen import Screen
+
+pytestmark = pytest.mark.integration
+
+
+def drawn(editor, buf: int = 0) -> dict[str, list[str]]:
+    """What the diagnostic handlers drew in `buf`: virtual texts and sign texts."""
+    return editor.lua(
+        "local out = { virt = {}, signs = {} }\n"
+        "for _, m in ipairs(vim.api.nvim_buf_get_extmarks(..., -1, 0, -1, { details = true })) do\n"
+        "  local d = m[4]\n"
+        "  if d.virt_text then\n"
+        "    local t = {}\n"
+        "    for _, c in ipairs(d.virt_text) do table.insert(t, c[1]) end\n"
+        "    table.insert(out.virt, table.concat(t))\n"
+        "  end\n"
+        "  if d.sign_text then table.insert(out.signs, d.sign_text) end\n"
+        "end\n"
+        "return out",
+        buf,
+    )
+
+
+def row_of(editor, needle: str, buf: int = 0) -> int:
+    return next(i for i, line in enumerate(editor.lines(buf)) if line.startswith(needle))
+
+
+def test_state_is_drawn_whatever_the_global_diagnostic_settings(editor):
+    # Neovim 0.11+ turns virtual text off by default; a user may turn signs off too
+    editor.lua("vim.diagnostic.config({ virtual_text = false, signs = false })")
+    editor.setup()
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": "echo hi"}, "c1")))
+    editor.run_tool(HEADER_ROW + 1)
+    editor.wait_diag(HEADER_ROW, "✓ run_terminal_command")
+    seen = wait_for(lambda: (d := drawn(editor)) and d["virt"] and d)
+    assert any("✓ run_terminal_command" in v for v in seen["virt"]), seen
+    assert seen["signs"], seen
+    # the global setting is still the user's
+    assert editor.lua("return vim.diagnostic.config().virtual_text") is False
+    # ui = { virtual_text = false } turns ours off; signs stay
+    editor.setup(ui={"virtual_text": False})
+    seen = wait_for(lambda: (d := drawn(editor)) and not d["virt"] and d)
+    assert seen["signs"]
+    # a table is the handler's options
+    editor.setup(ui={"virtual_text": {"prefix": "»"}, "signs": False})
+    seen = wait_for(lambda: (d := drawn(editor)) and d["virt"] and not d["signs"] and d)
+    assert any("» ✓ run_terminal_command" in v for v in seen["virt"]), seen
+
+
+def test_deny_with_a_reason_is_what_the_model_reads(editor):
+    editor.setup()
+    editor.open_chat(
+        chat(
+            call_block("run_terminal_command", {"command": "echo fine"}, "ok"),
+            call_block("run_terminal_command", {"command": "rm -rf build"}, "rm"),
+        )
+    )
+    row = row_of(editor, "```tool run_terminal_command id=rm")
+    editor.nvim.command(f"call cursor({row + 2}, 1)")  # on the JSON line
+    editor.nvim.command("SidekickDeny not on my machine, use a temp dir")
+    text = editor.wait_text("```result id=rm status=denied reason=user")
+    block = text.split("```result id=rm status=denied reason=user\n", 1)[1].split("\n")
+    assert block[0] == "not on my machine, use a temp dir"
+    editor.wait_diag(row, "⊘ run_terminal_command: denied by you")
+    assert "```result id=ok" not in editor.text()  # the other call is untouched
+    assert editor.notifications() == []
+    # nothing under the cursor: an error message, nothing else
+    before = editor.text()
+    editor.nvim.command("call cursor(1, 1)")
+    editor.nvim.command("SidekickDeny")
+    notes = wait_for(editor.notifications)
+    assert len(notes) == 1 and "no tool call at line 1" in notes[0]
+    assert editor.text() == before
+    # a call that has its result already cannot be denied
+    editor.nvim.command(f"call cursor({row + 1}, 1)")
+    editor.nvim.command("SidekickDeny")
+    assert "already has a result" in wait_for(lambda: editor.notifications()[1:])[0]
+    assert editor.text() == before
+
+
+def test_deny_key_and_lua_api(editor):
+    editor.setup()
+    editor.open_chat(
+        chat(
+            call_block("write_file", {"path": "a.txt", "content": "A"}, "w1"),
+            call_block("write_file", {"path": "b.txt", "content": "B"}, "w2"),
+        )
+    )
+    buf = editor.nvim.current.buffer.number
+    assert editor.lua("return vim.fn.maparg('<leader>sd', 'n', false, true).buffer") == 1
+    editor.nvim.command(f"call cursor({HEADER_ROW + 1}, 1)")
+    editor.nvim.feedkeys(editor.nvim.replace_termcodes("\\sd", True, False, True), "x", False)
+    text = editor.wait_text("```result id=w1 status=denied reason=user")
+    assert "```result id=w1 status=denied reason=user\nThe user denied this call.\n" in text
+    # from Lua, in a buffer that is not the current one
+    editor.nvim.command("enew")
+    w2 = row_of(editor, "```tool write_file id=w2", buf)
+    info = editor.lua(
+        "local buf, lnum = ...\nreturn require('sidekick_tools').deny(buf, lnum, 'B is wrong')",
+        buf,
+        w2 + 1,
+    )
+    assert info == {"id": "w2", "tool": "write_file"}
+    text = editor.wait_text("```result id=w2 status=denied reason=user\nB is wrong\n", buf=buf)
+    assert text.split("\n")[-1] == "USER: "  # the last pending call resolved
+    assert not (editor.workdir / "a.txt").exists() and not (editor.workdir / "b.txt").exists()
+
+
+CONSENT_CHAT = chat(
+    call_block("run_terminal_command", {"command": "ls"}, "safe"),
+    call_block("run_terminal_command", {"command": "touch made.txt"}, "touch"),
+    call_block("write_file", {"path": "w.txt", "content": "W"}, "write"),
+    call_block("run_terminal_command", {"cmd": "oops"}, "broken"),
+)
+
+
+def test_run_tools_asks_once_for_the_calls_that_need_consent(editor):
+    editor.setup()
+    screen = Screen(editor)
+    editor.open_chat(CONSENT_CHAT)
+    before = editor.text()
+    editor.nvim.input(":SidekickRunTools\r")
+    dialog = screen.dialog(1)
+    assert "Run 4 pending tool calls? These 3 need your consent:" in dialog
+    assert "run_terminal_command  touch made.txt" in dialog
+    assert 'write_file  {"path": "w.txt", "content": "W"}' in dialog
+    assert "(problem:" in dialog and "command" in dialog.split("(problem:", 1)[1]
+    assert "1 other runs without asking." in dialog
+    assert "  ls" not in dialog  # the safe call is not asked about
+    # while the question is open nothing has run
+    assert editor.lua("return vim.api.nvim_get_mode().mode") == "r?"
+    assert editor.text() == before
+    editor.nvim.input("c")  # Cancel
+    note = wait_for(lambda: [n for n in editor.notifications() if "nothing was run" in n])
+    assert "4 calls still pending" in note[0]
+    assert editor.text() == before
+    assert not (editor.workdir / "made.txt").exists()
+    # asked again, and run
+    editor.nvim.input(":SidekickRunTools\r")
+    screen.dialog(2)
+    editor.nvim.input("r")
+    text = editor.wait_text("```result id=broken status=failed")
+    for call_id in ("safe", "touch", "write"):
+        assert f"```result id={call_id} status=completed" in text
+    assert (editor.workdir / "made.txt").exists()
+    assert (editor.workdir / "w.txt").read_text() == "W"
+    assert len(screen.shown("confirm")) == 2  # one question per command
+
+
+def test_run_tools_bang_and_calls_the_policy_decides(editor):
+    editor.lua(
+        "require('sidekick_tools').setup({ python = ..., state_dir = select(2, ...),"
+        " auto_accept = { policy = function(tool, params)"
+        " if params.command and params.command:find('rm ') then return 'deny' end end } })",
+        sys.executable,
+        str(editor.state_dir),
+    )
+    screen = Screen(editor)
+    # approved or denied by the policy: nothing to ask
+    editor.open_chat(
+        chat(
+            call_block("run_terminal_command", {"command": "echo hi"}, "a"),
+            call_block("run_terminal_command", {"command": "rm -rf build"}, "b"),
+        )
+    )
+    editor.nvim.command("SidekickRunTools")
+    text = editor.wait_text("```result id=b status=denied")
+    assert "```result id=a status=completed" in text
+    row = text.split("\n").index("```tool run_terminal_command id=b")
+    editor.wait_diag(row, "⊘ run_terminal_command: denied by the policy")
+    # ! runs calls that need consent without the question
+    editor.open_chat(
+        chat(call_block("run_terminal_command", {"command": "touch bang.txt"}, "c")),
+        name="other.sidekick.md",
+    )
+    editor.nvim.command("SidekickRunTools!")
+    editor.wait_text("```result id=c status=completed")
+    assert (editor.workdir / "bang.txt").exists()
+    assert screen.shown("confirm") == []
+
+
+def test_without_a_ui_to_ask_on_nothing_runs_unless_confirm_is_false(editor):
+    editor.setup()
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": "touch no.txt"}, "d")))
+    msg = editor.lua("local _, msg = require('sidekick_tools').run_tools(0) return msg")
+    assert "nothing was run" in msg
+    assert "```result" not in editor.text()
+    res = editor.lua("return require('sidekick_tools').run_tools(0, { confirm = false })")
+    assert res["ids"] == ["d"]
+    editor.wait_text("```result id=d status=completed")
+    assert (editor.workdir / "no.txt").exists()
+
+
+def test_run_tools_with_nothing_pending_says_so(editor):
+    editor.setup()
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": "echo once"}, "a")))
+    editor.nvim.command("SidekickRunTools")
+    editor.wait_text("```result id=a status=completed")
+    before = editor.text()
+    editor.nvim.command("SidekickRunTools")
+    notes = wait_for(
+        lambda: [n for n in editor.notifications() if "no pending tool call" in n], timeout=5
+    )
+    assert len(notes) == 1
+    assert editor.text() == before
+    editor.nvim.command("SidekickRunTools!")
+    wait_for(lambda: len([n for n in editor.notifications() if "no pending tool call" in n]) == 2)
+
+
+def test_run_tools_runs_only_the_calls_the_question_named(editor):
+    """A call added while the question is open (a reply still streaming, say)
+    does not run unasked; a hand-written call without an id was named too."""
+    editor.setup()
+    screen = Screen(editor)
+    editor.open_chat(
+        chat(
+            call_block("run_terminal_command", {"command": "touch asked.txt"}, "asked"),
+            '```tool run_terminal_command\n{"command": "touch unnamed.txt"}\n```\n',
+        )
+    )
+    editor.nvim.input(":SidekickRunTools\r")
+    dialog = screen.dialog(1)
+    assert "touch asked.txt" in dialog and "touch unnamed.txt" in dialog
+    editor.lua(
+        "vim.api.nvim_buf_set_lines(0, -1, -1, false, {'```tool run_terminal_command id=late',"
+        " '{\"command\": \"touch late.txt\"}', '```'})"
+    )
+    editor.nvim.input("r")
+    wait_for(lambda: (editor.workdir / "asked.txt").exists())
+    wait_for(lambda: (editor.workdir / "unnamed.txt").exists())
+    editor.wait_text("touch unnamed.txt")
+    wait_for(lambda: editor.text().count("```result id=") == 2)
+    assert "```result id=late" not in editor.text()
+    assert not (editor.workdir / "late.txt").exists()
