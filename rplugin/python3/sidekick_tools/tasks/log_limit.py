@@ -1,12 +1,15 @@
 """While tasks run: stop one whose stdout + stderr pass `tasks.max_log_bytes`
-(it ends `failed`, reason `log_limit`).
+(it ends `failed`, reason `log_limit`); at its exit, cut its logs back to it.
 
 The sizes are `stat`ed, which is cheap, and each task is looked at again
 before a flood at `ASSUMED_WRITE_RATE` could fill the room left to it: every
 half second while it is far from the limit, every 10 ms near it. A command
 that keeps writing after SIGTERM gets SIGKILL once it has written `SLACK`
-more. (A file-size rlimit would stop the logs too, but also every other file
-the command writes; this limits only the logs.)
+more. What a flood wrote past the limit before it was stopped (or before its
+first look, for one shorter than 10 ms) is cut off at its exit (`cut_at_exit`),
+so the logs it leaves stop at the limit. (A file-size rlimit would stop the
+logs too, but also every other file the command writes; this limits only the
+logs.)
 """
 
 from __future__ import annotations
@@ -35,6 +38,28 @@ def log_size(task: Task) -> int:
             with contextlib.suppress(OSError):
                 total += os.stat(path).st_size
     return total
+
+
+LIMIT_ERROR = "its output passed tasks.max_log_bytes ({limit} bytes): stopped"
+
+
+def cut_at_exit(task: Task, limit: int) -> bool:
+    """The task has ended: if its logs pass `limit` bytes together, cut them
+    back to it (stdout first, then stderr's share of what is left). True when cut."""
+    if limit <= 0 or log_size(task) <= limit:
+        return False
+    room = limit
+    for path in (task.log_path, task.stderr_path):
+        if not path:
+            continue
+        try:
+            size = os.stat(path).st_size
+            if size > room:
+                os.truncate(path, room)
+            room -= min(size, room)
+        except OSError:
+            pass
+    return True
 
 
 def next_look(size: int, limit: int) -> float:
@@ -97,10 +122,7 @@ class LogLimitWatch:
         stopped_at = self._stopped_at.get(sup)
         if stopped_at is None:
             self._stopped_at[sup] = size
-            sup.stop(
-                Reason.LOG_LIMIT,
-                f"its output passed tasks.max_log_bytes ({limit} bytes): stopped",
-            )
+            sup.stop(Reason.LOG_LIMIT, LIMIT_ERROR.format(limit=limit))
         elif size > stopped_at + SLACK and sup.proc is not None:
             sup.proc.kill()  # it keeps writing after SIGTERM
         return MIN_CHECK

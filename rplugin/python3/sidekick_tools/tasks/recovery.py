@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 from .identity import is_alive, owner_alive
 from .log_follower import LogFollower
+from .log_limit import LIMIT_ERROR, cut_at_exit
 from .model import ACTIVE, Reason, Task, TaskStatus, transition
 from .on_exit_summarize import combine_summary, scan_for_summary, take_counts
 from .process import AdoptedProcess, Outcome, read_exit
 from .store import StoreError, TaskQuery
-from .supervisor import FINAL_FIELDS, settle
+from .supervisor import FINAL_FIELDS, StopRequest, settle
 
 if TYPE_CHECKING:
     from .engine import TaskEngine
@@ -68,11 +69,14 @@ async def _recover_one(engine: TaskEngine, task: Task) -> None:
         engine.adopt(task, AdoptedProcess(task.pid, task.pid_start, task.log_dir, poll))
         engine.emit("updated", task)
         return
+    limit = int(engine.config.max_log_bytes or 0)
+    over = record is not None and cut_at_exit(task, limit)
     follower = LogFollower(task.log_path or os.devnull)
     loop = asyncio.get_running_loop()
     out, err = await loop.run_in_executor(None, scan_for_summary, task, follower)
     if record is not None:
-        settle(task, Outcome(record.code, None, record.ended_at, True), None)
+        stop = StopRequest(Reason.LOG_LIMIT, LIMIT_ERROR.format(limit=limit)) if over else None
+        settle(task, Outcome(record.code, None, record.ended_at, True), stop)
     else:
         transition(task, TaskStatus.FAILED, reason=Reason.HOST_RESTARTED)
         task.error = "the host restarted and the task's process is gone"

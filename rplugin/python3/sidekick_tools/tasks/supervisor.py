@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from ..config import TasksConfig
 from .groups import group_alive, terminate_group
 from .log_follower import LogFollower
+from .log_limit import LIMIT_ERROR, cut_at_exit
 from .model import Reason, Task, TaskStatus, keep_their_verdict, transition
 from .on_exit_summarize import combine_summary, count_rest, summarize, take_counts
 from .process import Outcome, SpawnError, TaskProcess, spawn
@@ -262,6 +263,10 @@ class Supervisor:
         # group got SIGTERM when it was reaped; finish the job off in the background.
         if proc.is_child and group_alive(proc.pgid):
             engine.background(terminate_group(proc.pgid, float(engine.config.halt_grace)))
+        limit = int(engine.config.max_log_bytes or 0)
+        if cut_at_exit(self.task, limit) and self.stop_request is None:
+            # a flood that ended before the watch's first look
+            self.stop_request = StopRequest(Reason.LOG_LIMIT, LIMIT_ERROR.format(limit=limit))
         summary = await summarize(self.task, self.follower, engine.tuning)
         task = self.task
         settle(task, outcome, self.stop_request)
