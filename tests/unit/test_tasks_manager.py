@@ -723,3 +723,28 @@ def test_engine_knobs_from_the_environment(caplog):
     assert EngineTuning.from_env({}) == EngineTuning()
     assert EngineTuning.from_env({"SIDEKICK_TOOLS_TUNING": "[1"}) == EngineTuning()
     assert "ignoring SIDEKICK_TOOLS_TUNING" in caplog.text
+
+
+async def test_a_database_locked_by_another_program_holds_no_task_back(tasks_state, tmp_path):
+    import sqlite3
+
+    db = os.path.join(tasks_state, "tasks.db")
+    m = make_manager(SqliteStore(db, busy_timeout=0.01), tasks_state, store_retry=0.01)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        t = await m.submit(spec("echo hi", cwd=str(tmp_path), chat="/c.md", call_id="c1"))
+        t = await m.wait(t.id, 10)
+        assert t.status is S.COMPLETED and t.summary == "hi"  # what the host holds
+        assert [x.id for x in m.list()] == [t.id] and m.count(S.COMPLETED) == 1
+        assert m.find_by_call("/c.md", "c1").id == t.id
+        assert m.store.pending_writes > 0  # nothing reached the file yet
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    await until(lambda: m.store.pending_writes == 0)
+    reader = SqliteStore(db)
+    landed = reader.get(t.id)
+    reader.close()
+    assert landed.status is S.COMPLETED and landed.summary == "hi" and landed.exit_code == 0
+    await m.shutdown(kill=True)

@@ -56,8 +56,9 @@ class TaskEngine:
         on_store_fallback: Callable[[str], None] | None = None,
     ) -> None:
         self.tuning = tuning or EngineTuning()
-        self.store = store if isinstance(store, BufferedStore) else BufferedStore(store)
-        self.store.retry_first = self.tuning.store_retry
+        if not isinstance(store, BufferedStore):
+            store = BufferedStore(store, retry_first=self.tuning.store_retry)
+        self.store = store
         self.store.on_fallback = on_store_fallback
         self.store.on_conflict = lambda theirs: self.emit("updated", theirs)
         self.state_dir = os.path.abspath(os.path.expanduser(state_dir))
