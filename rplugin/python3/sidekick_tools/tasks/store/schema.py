@@ -1,9 +1,14 @@
-"""The task database's tables, and how a file of an older version is brought up
-to date. A file of a newer version is never written to (`check_version`)."""
+"""The task database's tables, how a row maps to a `Task`, and how a file of an
+older version is brought up to date. A file of a newer version is never
+written to (`check_version`)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from typing import Any
+
+from ..model import Task, TaskStatus
 
 SCHEMA_VERSION = 2
 
@@ -92,6 +97,38 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS tasks_chat_call ON tasks (chat, call_id)",
     ),
 }
+
+
+BOOLEAN_COLUMNS = ("result_read", "delivered")
+
+
+def column_of(field: str) -> str:
+    """The column that stores a `Task` field."""
+    return "token" if field == "id" else field
+
+
+def to_db(column: str, task: Task) -> Any:
+    """`task`'s value for `column`, as SQLite stores it."""
+    if column == "token":
+        return task.id
+    value = getattr(task, column)
+    if column == "env":
+        return json.dumps(value or {}, sort_keys=True)
+    if column == "status":
+        return TaskStatus(value).value
+    if column in BOOLEAN_COLUMNS:
+        return 1 if value else 0
+    return value
+
+
+def from_row(row: sqlite3.Row | tuple) -> Task:
+    """The `Task` a row of COLUMNS holds."""
+    values = dict(zip(COLUMNS, row))
+    values["id"] = values.pop("token")
+    values["env"] = json.loads(values["env"] or "{}")
+    for name in BOOLEAN_COLUMNS:
+        values[name] = bool(values[name])
+    return Task(**values)
 
 
 class NewerSchema(ValueError):

@@ -15,7 +15,6 @@ import contextlib
 import functools
 import heapq
 import itertools
-import json
 import os
 import sqlite3
 import stat
@@ -27,7 +26,15 @@ from ..model import Task, TaskStatus, is_token
 from .base import Expect, Fields, Reserve, allocate_token, fields_to_write, retention_pair
 from .errors import DuplicateToken, StoreBusy, StoreError
 from .query import TaskQuery
-from .schema import COLUMNS, NewerSchema, bring_up_to_date, check_version
+from .schema import (
+    COLUMNS,
+    NewerSchema,
+    bring_up_to_date,
+    check_version,
+    column_of,
+    from_row,
+    to_db,
+)
 
 DEFAULT_BUSY_TIMEOUT = 0.05  # seconds an operation waits for another program's lock
 
@@ -36,35 +43,8 @@ _TOKEN = COLUMNS.index("token")
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM tasks"
 _INSERT = f"INSERT INTO tasks ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 _OFFSET = "INSERT OR REPLACE INTO read_offsets (token, chat, offset) VALUES (?, ?, ?)"
-_BOOLEAN = ("result_read", "delivered")
 
 Scope = Optional[tuple[str, str]]  # ("owner" | "chat", value); None: every task
-
-
-def _column(field: str) -> str:
-    return "token" if field == "id" else field
-
-
-def _to_db(column: str, task: Task) -> Any:
-    if column == "token":
-        return task.id
-    value = getattr(task, column)
-    if column == "env":
-        return json.dumps(value or {}, sort_keys=True)
-    if column == "status":
-        return TaskStatus(value).value
-    if column in _BOOLEAN:
-        return 1 if value else 0
-    return value
-
-
-def _from_row(row: sqlite3.Row | tuple) -> Task:
-    values = dict(zip(COLUMNS, row))
-    values["id"] = values.pop("token")
-    values["env"] = json.loads(values["env"] or "{}")
-    for name in _BOOLEAN:
-        values[name] = bool(values[name])
-    return Task(**values)
 
 
 def _scopes(owner: str | None, chats: Iterable[str]) -> list[Scope]:
@@ -217,7 +197,7 @@ class SqliteStore:
                 allocate_token(task, taken, reserve)
             elif taken(task.id) or (reserve is not None and not reserve(task)):
                 raise DuplicateToken(f"task token {task.id} is already in use")
-            conn.execute(_INSERT, [_to_db(c, task) for c in COLUMNS])
+            conn.execute(_INSERT, [to_db(c, task) for c in COLUMNS])
             self._write_offsets(conn, task)
             return task.copy()
 
@@ -228,7 +208,7 @@ class SqliteStore:
         offsets = [(t.id, chat, int(off)) for t in batch for chat, off in t.read_offsets.items()]
         try:
             with self._transaction() as conn:
-                conn.executemany(_INSERT, ([_to_db(c, t) for c in COLUMNS] for t in batch))
+                conn.executemany(_INSERT, ([to_db(c, t) for c in COLUMNS] for t in batch))
                 conn.executemany(_OFFSET, offsets)
         except sqlite3.IntegrityError as exc:
             raise DuplicateToken(f"task database {self.path}: {exc}") from exc
@@ -246,10 +226,10 @@ class SqliteStore:
         not match, nothing is written and False is returned.
         """
         wanted, names = fields_to_write(fields)
-        cols = [_column(name) for name in names]
+        cols = [column_of(name) for name in names]
         where, params = ["token = ?"], [task.id]
         for name, value in (expect or {}).items():
-            col = _column(fields_to_write([name])[1][0])
+            col = column_of(fields_to_write([name])[1][0])
             if value is None:
                 where.append(f"{col} IS NULL")
             else:
@@ -261,7 +241,7 @@ class SqliteStore:
                 sets = ", ".join(f"{c} = ?" for c in cols)
                 cur = conn.execute(
                     f"UPDATE tasks SET {sets} WHERE {condition}",
-                    [_to_db(c, task) for c in cols] + params,
+                    [to_db(c, task) for c in cols] + params,
                 )
                 changed = cur.rowcount > 0
             else:
@@ -348,7 +328,7 @@ class SqliteStore:
         row = self._conn.execute(sql, params).fetchone()
         if row is None:
             return None
-        task = _from_row(row)
+        task = from_row(row)
         self._attach_offsets([task])
         return task
 
@@ -401,7 +381,7 @@ class SqliteStore:
             ]
             merged = heapq.merge(*streams, key=lambda r: (r[_CREATED_AT], r[-1]), reverse=True)
             rows = list(itertools.islice(_unique_rows(merged), offset, upto))
-        tasks = [_from_row(r[:-1]) for r in rows]
+        tasks = [from_row(r[:-1]) for r in rows]
         if tasks:
             self._attach_offsets(tasks)
         return tasks
