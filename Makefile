@@ -39,7 +39,7 @@ format: setup $(STYLUA)
 # integration tests run on every Neovim of tests/nvims.py; NVIM=0.11 (or 0.12-dev, or a path) picks one
 test: setup lint
 	rm -f .coverage .coverage.*
-	NVIM=$(NVIM) COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(PY) -m pytest -q \
+	NVIM=$(NVIM) COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(PY) -m pytest -q -n 2 -m "not bench" \
 	  --cov=sidekick_tools --cov-report=term --cov-fail-under=80 $(PYTEST_ARGS)
 
 demo: setup
@@ -47,6 +47,7 @@ demo: setup
 
 bench: setup
 	$(PY) -m pip install -q -e '.[dev,bench]'
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider -m bench tests/test_bench_smoke.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/run.py $(BENCH_ARGS)
 
 clean:

@@ -924,8 +924,8 @@ def _parse_startuptime(text: str) -> tuple[float, float]:
 
 def _seed(ed: Editor, count: int) -> None:
     """Store `count` finished tasks of this editor (and none running)."""
+    from sidekick_tools.tasks.identity import owner_token
     from sidekick_tools.tasks.model import Task, TaskStatus
-    from sidekick_tools.tasks.runner import owner_token
     from sidekick_tools.tasks.store import SqliteStore
 
     ed.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

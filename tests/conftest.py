@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Callable
+
+import pytest
+
+# Hosts and MCP servers the tests start read engine knobs from here: a progress
+# tick and an adopted-task poll short enough that no test waits out a second.
+os.environ.setdefault(
+    "SIDEKICK_TOOLS_TUNING", json.dumps({"poll_interval": 0.2, "adopted_poll_interval": 0.1})
+)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02) -> Any:
@@ -27,3 +40,49 @@ async def until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
         if loop.time() > deadline:
             raise AssertionError("condition not met before the deadline")
         await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """`tmpfs(name, size="2m", read_only=False)` mounts a small tmpfs under
+    tmp_path (a full disk, a read-only state dir); skips where mounting is not
+    allowed (not root). Unmounted (lazily) at the end."""
+    mounted: list[Path] = []
+
+    def mount(name: str, size: str = "2m", read_only: bool = False) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        options = f"size={size},mode=0700" + (",ro" if read_only else "")
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+
+
+def read_text(path: str | None) -> str:
+    """The file's text; "" when it is not there (yet)."""
+    try:
+        with open(path or "") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def live_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group (Linux; elsewhere its leader)."""
+    from sidekick_tools.tasks import groups
+
+    members = groups.group_members(pgid)
+    if members is None:
+        return [pgid] if groups.group_alive(pgid) else []
+    return members

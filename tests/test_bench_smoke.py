@@ -1,6 +1,7 @@
 """`bench/run.py --quick` runs end to end and writes a table with every row.
 
 No timing is asserted here: benchmarks are measured by `make bench`, never by tests.
+It runs the whole harness, so it runs under `make bench` (marker `bench`), not `make test`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ ROWS = (
 
 
 @pytest.mark.integration
+@pytest.mark.bench
 def test_quick_bench_writes_every_row(tmp_path: Path) -> None:
     if not nvims.available():
         pytest.skip("no nvim")

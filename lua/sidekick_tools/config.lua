@@ -35,6 +35,12 @@ M.options = {
     "number",
     "Niceness added to tasks so the editor stays responsive (0: none)",
   },
+  {
+    "tasks.max_log_bytes",
+    1073741824,
+    "number",
+    "A task whose stdout + stderr pass this many bytes is stopped: failed, reason log_limit (0: no limit)",
+  },
   { "tasks.retention.completed", 86400, "number", "Seconds completed tasks are kept" },
   { "tasks.retention.failed", 172800, "number", "Seconds failed and cancelled tasks are kept" },
   {

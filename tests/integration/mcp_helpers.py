@@ -23,7 +23,7 @@ FAKE_AGENT = str(Path(__file__).resolve().parent / "fake_agent.py")
 # What the server process needs from the test's environment (the SDK client passes
 # only a safe subset on): the dirs tests set, and coverage's COVERAGE_* variables so
 # that the server is measured (its data file is absolute in COVERAGE_PROCESS_CONFIG).
-PASSED_ENV = ("HOME", "XDG_STATE_HOME", "XDG_DATA_HOME")
+PASSED_ENV = ("HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "SIDEKICK_TOOLS_TUNING")
 
 
 def passed_env() -> dict[str, str]:

@@ -132,7 +132,6 @@ def test_f5_a_key_printed_by_an_auto_run_command_lands_unmasked_in_the_chat(edit
 
 
 # --------------------------------------------------------------------------- finding 3
-@pytest.mark.xfail(strict=True, reason="finding 3: tasks.max_log_bytes does not exist")
 def test_f3_an_auto_run_command_writes_logs_without_any_size_bound(editor):
     """DESIGN §8/§12: a task's logs stop at tasks.max_log_bytes (the task fails
     with reason=log_limit). The option is not implemented (config.lua drops it
@@ -176,7 +175,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.xfail(strict=True, reason="finding 4: a task_output filter freezes host and editor")
 def test_f4_a_hostile_task_output_filter_freezes_the_editor(editors):
     """DESIGN §12: "a filter regex runs with a time limit"; issue 15 names this
     very case. task_output's filter runs Python `re` with no limit: a chained,

@@ -7,9 +7,12 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from sidekick_tools.tasks.store import SqliteStore
 
 from tests.conftest import wait_for
 from tests.integration.conftest import quit_nvim
@@ -200,6 +203,34 @@ def test_host_killed_while_five_tasks_run_nothing_is_lost(editor):
     tasks = editor.lua("return require('sidekick_tools').list_tasks({ limit = 10 })")
     assert sorted(t["exit_code"] for t in tasks) == [3, 4, 5, 6, 7]
     assert all(t["status"] == "failed" and t["reason"] == "exit" for t in tasks)
+
+
+def test_a_neovim_whose_host_died_still_halts_its_tasks(editor):
+    """kill_on_exit without a host: the reap entry point, started the way Lua
+    starts the host (host.command), halts the dead host's tasks at once."""
+    editor.setup(tasks={"hybrid_threshold": 0.2})
+    editor.open_chat(HEAD + call("r", "trap '' TERM; echo ready; sleep 1000", **{"async": True}))
+    editor.run_tool(5)
+    editor.wait_text("```result id=r status=running task=")
+    task = task_of(editor, "r")
+    wait_for(lambda: "ready" in Path(task["log_path"]).read_text())
+    pid = editor.lua("return vim.fn.jobpid(require('sidekick_tools.host').channel())")
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: editor.lua("return require('sidekick_tools.host').running()") is False)
+    argv = editor.lua(
+        "return require('sidekick_tools.host').command(...)", sys.executable, "sidekick_tools.reap"
+    )
+    args = ["--halt-owner", task["owner"], "--state-dir", str(editor.state_dir)]
+    done = subprocess.run(
+        argv + args, capture_output=True, text=True, timeout=30, cwd=editor.workdir, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["halted"] == [task["id"]]
+    wait_for(lambda: group_members(task["pid"]) == [])
+    store = SqliteStore(str(editor.state_dir / "tasks.db"))
+    stored = store.get(task["id"])
+    store.close()
+    assert stored.status.value == "cancelled" and "its host had died" in stored.error
 
 
 def test_reopened_chat_is_filled_in_when_its_task_ends(editors):

@@ -227,6 +227,7 @@ def test_setup_again_reaches_the_running_host(editor):
             "halt_grace": 1.5,
             "nice": 4,
             "hybrid_threshold": 3,
+            "max_log_bytes": 4096,
         },
         result={"max_lines": 12, "notice_lines": 3},
         auto_accept={"safe_commands": ["ls"]},
@@ -239,6 +240,7 @@ def test_setup_again_reaches_the_running_host(editor):
         "halt_grace": 1.5,
         "retention": {"completed": 7, "failed": 9},
         "nice": 4,
+        "max_log_bytes": 4096,
     }
     config = got["config"]
     assert config["tasks"]["hybrid_threshold"] == 3

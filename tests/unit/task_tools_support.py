@@ -10,13 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from sidekick_tools.config import AgentConfig, Config, TasksConfig
-from sidekick_tools.tasks import runner
+from sidekick_tools.tasks.identity import owner_token
 from sidekick_tools.tasks.manager import TaskManager, TaskSpec
-from sidekick_tools.tasks.store import MemoryStore
+from sidekick_tools.tasks.store import MemoryStore, TaskStore
+from sidekick_tools.tasks.tuning import EngineTuning
 from sidekick_tools.tools.base import ToolContext
 
 FAKE_AGENT = str(Path(__file__).resolve().parents[1] / "integration" / "fake_agent.py")
-ME = runner.owner_token(os.getpid())
+ME = owner_token(os.getpid())
+# engine knobs short enough that no test waits them out
+FAST = EngineTuning(poll_interval=0.05, adopted_poll_interval=0.05, store_retry=0.01)
 
 
 def agent(mode: str, *extra: str, **kw: Any) -> AgentConfig:
@@ -36,10 +39,13 @@ def make_config(
     )
 
 
-def make_manager(state_dir: str, owner: str = ME, **kw: Any) -> TaskManager:
-    kw.setdefault("halt_grace", 0.5)
-    kw.setdefault("poll_interval", 0.05)
-    return TaskManager(MemoryStore(), state_dir, owner, **kw)
+def make_manager(
+    state_dir: str, owner: str = ME, store: TaskStore | None = None, **settings: Any
+) -> TaskManager:
+    """A manager over a memory store (or `store`); `settings` are `tasks.*` options."""
+    settings.setdefault("halt_grace", 0.5)
+    config = TasksConfig(**settings)
+    return TaskManager(store or MemoryStore(), state_dir, owner, config, tuning=FAST)
 
 
 def make_ctx(tmp_path: Path, manager: TaskManager, config: Config, chat: str = "chat-a"):

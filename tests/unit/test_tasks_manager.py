@@ -1,44 +1,28 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from sidekick_tools.tasks import runner
-from sidekick_tools.tasks.manager import (
-    TaskEvent,
-    TaskManager,
-    TaskNotFound,
-    TaskSpec,
-    _Active,
-    _due_for_poll,
-)
+from sidekick_tools.config import Retention, TasksConfig
+from sidekick_tools.tasks import groups, identity, process
+from sidekick_tools.tasks.manager import TaskEvent, TaskManager, TaskNotFound, TaskSpec
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
+from sidekick_tools.tasks.progress_poll import due_for_poll
 from sidekick_tools.tasks.store import MemoryStore, SqliteStore, TaskStore
+from sidekick_tools.tasks.tuning import EngineTuning
 
-from tests.conftest import until
+from tests.conftest import live_members, until
+from tests.conftest import read_text as read
 
 S = TaskStatus
 LINUX = sys.platform.startswith("linux")
-ME = runner.owner_token(os.getpid())  # a live owner: this test process
-
-
-def read(path: str | None) -> str:
-    try:
-        with open(path or "") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
-
-
-def live_members(pgid: int) -> list[int]:
-    members = runner.group_members(pgid)
-    if members is None:
-        return [pgid] if runner.group_alive(pgid) else []
-    return members
+ME = identity.owner_token(os.getpid())  # a live owner: this test process
 
 
 def assert_reaped(pid: int) -> None:
@@ -46,16 +30,29 @@ def assert_reaped(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def reap_detached(manager: TaskManager) -> None:
-    """A "killed" host's children are still this test process's children: reap them."""
-    for proc in manager._detached:  # noqa: SLF001
-        proc.popen.wait(timeout=10)
+def reap(*tasks: Task) -> None:
+    """A "killed" host's children are still this test process's children: end
+    (whatever is left of) them and reap them."""
+    for task in tasks:
+        groups.signal_group(task.pid, signal.SIGKILL)
+        try:
+            os.waitpid(task.pid, 0)
+        except ChildProcessError:
+            pass
+
+
+TUNING = {f.name for f in dataclasses.fields(EngineTuning)}
 
 
 def make_manager(store: TaskStore, state_dir: str, owner: str = ME, **kw) -> TaskManager:
+    """`kw`: `tasks.*` options and engine knobs, each short enough for a test."""
     kw.setdefault("halt_grace", 0.5)
     kw.setdefault("poll_interval", 0.05)
-    return TaskManager(store, state_dir, owner, **kw)
+    kw.setdefault("adopted_poll_interval", 0.05)
+    tuning = EngineTuning(**{k: kw.pop(k) for k in list(kw) if k in TUNING})
+    if "retention" in kw:
+        kw["retention"] = Retention(*kw["retention"])
+    return TaskManager(store, state_dir, owner, TasksConfig(**kw), tuning=tuning)
 
 
 @pytest.fixture
@@ -179,7 +176,7 @@ async def test_finished_before_counting_a_large_unread_log(tasks_state, tmp_path
     assert upd.task.status is S.FAILED and upd.task.summary == "the end\ndetail"
     stored = m.get(t.id)
     assert stored.lines == 50005 and stored.progress_text == "ninety"
-    assert m._counting == {}  # noqa: SLF001
+    await until(lambda: t.id not in m.watched)  # its log is not followed any more
     await m.shutdown(kill=True)
 
 
@@ -193,7 +190,7 @@ async def test_finished_small_unread_log_is_exact_at_once(tasks_state, tmp_path)
     assert fin.task.lines == 1001 and fin.task.progress == 50
     assert fin.task.summary.endswith("1000\n[PROGRESS:50] half")
     # Exact at once: no count after "finished" was scheduled.
-    assert m._counting == {}  # noqa: SLF001
+    assert t.id not in m.watched
     assert not [e for e in events if e.kind == "updated"]
     await m.shutdown(kill=True)
 
@@ -217,19 +214,23 @@ async def test_exit_read_on_the_loop_only_for_small_logs(
     t = await m.submit(spec(f"seq 1 {count}", cwd=str(tmp_path)))
     done = await m.wait(t.id, 10)
     assert done.lines == count and done.summary.endswith(str(count))
-    assert ("_summarize_at_exit" in handed) is in_worker
+    assert ("summarize_at_exit" in handed) is in_worker
     await m.shutdown(kill=True)
 
 
 def test_live_poll_starts_one_interval_after_a_task_starts():
     """A task shorter than the poll interval is never read while it runs."""
+
+    @dataclasses.dataclass
+    class Watched:
+        watched_since: float
+        finishing: bool = False
+
     t0 = 1000.0
-    new = _Active(Task(id="aaaa"), None, None, watched_since=t0)  # type: ignore[arg-type]
-    old = _Active(Task(id="bbbb"), None, None, watched_since=t0 - 5)  # type: ignore[arg-type]
-    ending = _Active(Task(id="cccc"), None, None, watched_since=t0 - 5, finishing=True)  # type: ignore[arg-type]
-    acts = [new, old, ending]
-    assert _due_for_poll(acts, t0 + 0.5, 1.0) == [old]
-    assert _due_for_poll(acts, t0 + 1.0, 1.0) == [new, old]
+    new, old, ending = Watched(t0), Watched(t0 - 5), Watched(t0 - 5, finishing=True)
+    watched = [new, old, ending]
+    assert due_for_poll(watched, t0 + 0.5, 1.0) == [old]
+    assert due_for_poll(watched, t0 + 1.0, 1.0) == [new, old]
 
 
 @pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no getpriority")
@@ -238,7 +239,7 @@ async def test_tasks_run_nicer_than_the_host(tasks_state, tmp_path):
     if mine >= 19:
         pytest.skip("already at the lowest priority")
     m = make_manager(MemoryStore(), tasks_state)
-    assert m.nice == 10
+    assert m.config.nice == 10
     cmd = "echo $$ > inner.pid; while [ ! -f go ]; do sleep 0.02; done"
     t = await m.submit(spec(cmd, cwd=str(tmp_path)))
     await until(lambda: read(str(tmp_path / "inner.pid")).strip() != "")
@@ -249,7 +250,7 @@ async def test_tasks_run_nicer_than_the_host(tasks_state, tmp_path):
     (tmp_path / "go").write_text("")
     await m.wait(t.id, 10)
     # Settable later; 0 leaves new tasks at the host's priority.
-    m.nice = 0
+    m.configure(dataclasses.replace(m.config, nice=0))
     (tmp_path / "inner.pid").unlink()
     (tmp_path / "go").unlink()
     t = await m.submit(spec(cmd, cwd=str(tmp_path)))
@@ -265,8 +266,8 @@ def test_spawn_nice_failure_is_not_fatal(tmp_path, monkeypatch, caplog):
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(os, "setpriority", refuse)
-    caplog.set_level("INFO", logger=runner.__name__)
-    proc = runner.spawn("true", str(tmp_path / "log"), nice=5)
+    caplog.set_level("INFO", logger=process.__name__)
+    proc = process.spawn("true", str(tmp_path / "log"), nice=5)
     assert proc.popen.wait(timeout=10) == 0
     assert "cannot lower its priority" in caplog.text
 
@@ -434,15 +435,17 @@ async def test_restart_recovery(tasks_state, tmp_path):
     store_a = SqliteStore(db)
     a = make_manager(store_a, tasks_state, owner=owner)
     await a.recover()
-    seven = await a.submit(spec("echo seven; exit 7", cwd=str(tmp_path)))
-    zero = await a.submit(spec("echo fine", cwd=str(tmp_path)))
+    gated = "while [ ! -f ended ]; do sleep 0.02; done; "  # they end once A is gone
+    seven = await a.submit(spec(gated + "echo seven; exit 7", cwd=str(tmp_path)))
+    zero = await a.submit(spec(gated + "echo fine", cwd=str(tmp_path)))
     cmd = "echo waiting; while [ ! -f go ]; do sleep 0.02; done; echo '[RESULT] resumed'; exit 5"
     slow = await a.submit(spec(cmd, cwd=str(tmp_path), timeout=60))
     queued = store_a.insert(Task(tool="x", command="true", owner=owner, created_at=time.time()))
     # Host "killed": A stops watching anything, no status gets written.
     await a.shutdown(kill=False)
     store_a.close()
-    await until(lambda: runner.read_exit(seven.log_dir) and runner.read_exit(zero.log_dir))
+    (tmp_path / "ended").write_text("")
+    await until(lambda: process.read_exit(seven.log_dir) and process.read_exit(zero.log_dir))
     await until(lambda: "waiting" in read(slow.log_path))
 
     store_b = SqliteStore(db)
@@ -473,14 +476,14 @@ async def test_restart_recovery(tasks_state, tmp_path):
     finally:
         await b.shutdown(kill=True)
         store_b.close()
-        reap_detached(a)
+        reap(seven, zero, slow)
 
 
 async def test_recovery_never_trusts_a_bare_pid(tasks_state, tmp_path):
     store = SqliteStore(os.path.join(tasks_state, "tasks.db"))
     stranger = subprocess.Popen(["sleep", "1000"])
     try:
-        real = runner.start_token(stranger.pid)
+        real = identity.start_token(stranger.pid)
         reused = store.insert(
             Task(
                 tool="x",
@@ -562,7 +565,7 @@ async def test_recovery_applies_remaining_timeout(tasks_state, tmp_path):
         assert live_members(t.pid) == []
     finally:
         await b.shutdown(kill=True)
-        reap_detached(a)
+        reap(t)
         store.close()
 
 
@@ -583,3 +586,165 @@ async def test_purge_removes_rows_and_logs(tasks_state, tmp_path):
     finally:
         await m.shutdown(kill=True)
         store.close()
+
+
+# --------------------------------------------------------------------------- limits and faults
+
+
+def log_bytes(task: Task) -> int:
+    return sum(os.path.getsize(p) for p in (task.log_path, task.stderr_path) if os.path.exists(p))
+
+
+async def test_a_task_whose_logs_pass_max_log_bytes_is_stopped(tasks_state, tmp_path):
+    m = make_manager(MemoryStore(), tasks_state, max_log_bytes=256 * 1024)
+    try:
+        t = await m.submit(spec("echo start; yes", cwd=str(tmp_path)))
+        t = await m.wait(t.id, 30)
+        assert t.status is S.FAILED and t.reason == Reason.LOG_LIMIT
+        assert "max_log_bytes (262144 bytes)" in t.error
+        assert log_bytes(t) == 256 * 1024  # what it wrote past the limit was cut off
+        await until(lambda: live_members(t.pid) == [])
+        quiet = await m.submit(spec("echo small", cwd=str(tmp_path)))
+        assert (await m.wait(quiet.id, 10)).status is S.COMPLETED  # a task under it is left alone
+    finally:
+        await m.shutdown(kill=True)
+
+
+async def test_a_flood_too_short_for_the_watch_is_cut_at_its_exit(tasks_state, tmp_path):
+    m = make_manager(MemoryStore(), tasks_state, max_log_bytes=1 << 20)
+    try:
+        t = await m.submit(spec("head -c 3000000 /dev/zero; echo oops >&2", cwd=str(tmp_path)))
+        t = await m.wait(t.id, 30)
+        assert t.status is S.FAILED and t.reason == Reason.LOG_LIMIT
+        assert os.path.getsize(t.log_path) == 1 << 20
+        assert os.path.getsize(t.stderr_path) == 0  # no room left for it
+    finally:
+        await m.shutdown(kill=True)
+
+
+async def test_a_flood_that_ignores_sigterm_is_killed_by_the_log_limit(tasks_state, tmp_path):
+    """The halt grace is long, so only the log watch's SIGKILL can end it in time."""
+    m = make_manager(MemoryStore(), tasks_state, max_log_bytes=64 * 1024, halt_grace=600)
+    try:
+        t = await m.submit(spec("trap '' TERM; yes", cwd=str(tmp_path)))
+        t = await m.wait(t.id, 30)
+        assert t.status is S.FAILED and t.reason == Reason.LOG_LIMIT and t.exit_code == 137
+        await until(lambda: live_members(t.pid) == [])
+    finally:
+        await m.shutdown(kill=True)
+
+
+async def test_a_hostile_filter_is_stopped_and_never_blocks_the_loop(tasks_state, tmp_path):
+    m = make_manager(MemoryStore(), tasks_state, filter_time_limit=0.5)
+    try:
+        t = await m.submit(
+            spec("echo aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab; echo ok", str(tmp_path))
+        )
+        t = await m.wait(t.id, 10)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticking = asyncio.ensure_future(ticker())
+        with pytest.raises(ValueError, match="filter took too long"):
+            await m.read_output(t.id, "chat", filter="^(a+)+$")
+        ticking.cancel()
+        assert ticks > 5  # the loop went on while the regex ran elsewhere
+        r = await m.read_output(t.id, "chat", filter="^o")
+        assert r.matches == ["ok"] and r.next_offset == 0
+    finally:
+        await m.shutdown(kill=True)
+
+
+async def test_a_malformed_token_never_reaches_a_path(tasks_manager, tmp_path):
+    for bad in ("../../etc", "", "ABCDEF", "abc12/", "abc1234"):
+        assert tasks_manager.get(bad) is None
+        assert not tasks_manager.mark_read(bad) and not tasks_manager.mark_delivered(bad)
+        with pytest.raises(TaskNotFound):
+            await tasks_manager.read_output(bad, "chat")
+        with pytest.raises(TaskNotFound):
+            await tasks_manager.halt(bad)
+        with pytest.raises(TaskNotFound):
+            await tasks_manager.wait(bad, 0)
+        with pytest.raises(ValueError):
+            tasks_manager.log_dir_for(bad)
+
+
+async def test_find_by_call_and_delivered_through_the_manager(tasks_manager, tmp_path):
+    t = await tasks_manager.submit(spec("echo hi", cwd=str(tmp_path), chat="/c.md", call_id="c9"))
+    assert tasks_manager.find_by_call("/c.md", "c9").id == t.id
+    assert tasks_manager.find_by_call("/c.md", "c8") is None
+    await tasks_manager.wait(t.id, 10)
+    assert not tasks_manager.get(t.id).delivered
+    assert tasks_manager.mark_delivered(t.id)
+    assert tasks_manager.get(t.id).delivered
+
+
+async def test_a_full_disk_ends_the_task_with_its_status_recorded(tasks_state, tmp_path, tmpfs):
+    """The log fills a small disk: the command fails on its write, the wrapper
+    cannot write its exit record, and the database stops taking writes; the
+    host still knows how its child ended and says so."""
+    state = str(tmpfs("state", size="2m"))
+    told: list[str] = []
+    m = TaskManager(
+        SqliteStore(os.path.join(state, "tasks.db")),
+        state,
+        ME,
+        TasksConfig(max_log_bytes=0, halt_grace=0.5),
+        tuning=EngineTuning(poll_interval=0.05),
+        on_store_fallback=told.append,
+    )
+    try:
+        t = await m.submit(spec("cat /dev/zero", cwd=str(tmp_path)))
+        t = await m.wait(t.id, 30)
+        assert t.status is S.FAILED and t.exit_code == 1 and t.reason == Reason.EXIT
+        assert "could not record its exit" in t.error  # no room for the exit record
+        assert m.get(t.id).status is S.FAILED  # never left running in the host's view
+        # the database could not take the final write either: memory, said once
+        assert len(told) == 1 and "disk is full" in told[0] and "memory" in told[0]
+        assert isinstance(m.store.backend, MemoryStore)
+        later = await m.submit(spec("echo still works", cwd=str(tmp_path)))
+        assert (await m.wait(later.id, 10)).status in (S.COMPLETED, S.FAILED)
+        assert len(told) == 1
+    finally:
+        await m.shutdown(kill=True)
+
+
+def test_engine_knobs_from_the_environment(caplog):
+    env = {"SIDEKICK_TOOLS_TUNING": '{"poll_interval": 0.2, "full_scan_max": 10, "nope": 1}'}
+    tuning = EngineTuning.from_env(env)
+    assert tuning.poll_interval == 0.2 and tuning.full_scan_max == 10
+    assert isinstance(tuning.full_scan_max, int)
+    assert tuning.busy_timeout == EngineTuning().busy_timeout
+    assert EngineTuning.from_env({}) == EngineTuning()
+    assert EngineTuning.from_env({"SIDEKICK_TOOLS_TUNING": "[1"}) == EngineTuning()
+    assert "ignoring SIDEKICK_TOOLS_TUNING" in caplog.text
+
+
+async def test_a_database_locked_by_another_program_holds_no_task_back(tasks_state, tmp_path):
+    import sqlite3
+
+    db = os.path.join(tasks_state, "tasks.db")
+    m = make_manager(SqliteStore(db, busy_timeout=0.01), tasks_state, store_retry=0.01)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        t = await m.submit(spec("echo hi", cwd=str(tmp_path), chat="/c.md", call_id="c1"))
+        t = await m.wait(t.id, 10)
+        assert t.status is S.COMPLETED and t.summary == "hi"  # what the host holds
+        assert [x.id for x in m.list()] == [t.id] and m.count(S.COMPLETED) == 1
+        assert m.find_by_call("/c.md", "c1").id == t.id
+        assert m.store.pending_writes > 0  # nothing reached the file yet
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    await until(lambda: m.store.pending_writes == 0)
+    reader = SqliteStore(db)
+    landed = reader.get(t.id)
+    reader.close()
+    assert landed.status is S.COMPLETED and landed.summary == "hi" and landed.exit_code == 0
+    await m.shutdown(kill=True)

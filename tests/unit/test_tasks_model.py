@@ -69,6 +69,7 @@ def test_status_is_a_string_enum() -> None:
         "cancelled",
         "spawn_error",
         "host restarted",
+        "log_limit",
     }
 
 

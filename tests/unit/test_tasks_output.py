@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 import pytest
-from sidekick_tools.tasks import output
-from sidekick_tools.tasks.output import (
+from sidekick_tools.tasks import log_follower
+from sidekick_tools.tasks.log_follower import (
     MAX_PARTIAL_LINE,
     LogFollower,
+    summarize_file,
+    summarize_tail,
+)
+from sidekick_tools.tasks.output import (
     Marker,
     Progress,
     compile_filter,
@@ -12,8 +16,6 @@ from sidekick_tools.tasks.output import (
     parse_line,
     read_new,
     strip_ansi,
-    summarize_file,
-    summarize_tail,
     summary_of,
 )
 
@@ -266,8 +268,8 @@ def test_follower_marker_split_across_read_chunks(tmp_path, monkeypatch, chunk: 
     """One poll, several reads: a marker cut by the read boundary is still found."""
     data = b"".join(b"line %d\n" % i for i in range(30)) + b"[PROGRESS:55] cut\n> q\nafter\n"
     expected = _state(_follow(tmp_path / "ref", data, None))
-    monkeypatch.setattr(output, "READ_CHUNK", chunk)
-    monkeypatch.setattr(output, "MAX_PARTIAL_LINE", 1 << 20)
+    monkeypatch.setattr(log_follower, "READ_CHUNK", chunk)
+    monkeypatch.setattr(log_follower, "MAX_PARTIAL_LINE", 1 << 20)
     got = _follow(tmp_path / "chunked", data, None)
     assert _state(got) == expected
     assert got.progress == Progress(55, "cut") and got.lines == 33

@@ -8,7 +8,7 @@ import json
 import sys
 
 import pytest
-from sidekick_tools.tasks import runner
+from sidekick_tools.tasks.groups import group_alive
 from sidekick_tools.tasks.manager import TaskSpec
 from sidekick_tools.tasks.store import MemoryStore
 from sidekick_tools.tools import await_task, halt_task, list_tasks, task_output, task_status
@@ -236,7 +236,7 @@ async def test_halt_sigterm_ignoring_process_is_killed(tmp_path, manager, ctx):
     # the supervisor shell dies of SIGTERM at once; the engine SIGKILLs the rest of
     # the group after halt_grace, in the background
     pgid = manager.get(task.id).pid
-    await until(lambda: not runner.group_alive(pgid))
+    await until(lambda: not group_alive(pgid))
 
 
 async def test_halt_finished_task_says_it_already_ended(tmp_path, manager, ctx):
@@ -537,11 +537,9 @@ async def test_list_groups_and_closing_line(tmp_path, manager, ctx):
 
 async def test_list_is_scoped_to_this_chat(tmp_path, ctx):
     """This chat's tasks, whichever Neovim ran them; no other chat's."""
-    store = MemoryStore()
-    mine = make_manager(str(tmp_path / "s"), owner="1:a")
-    mine.store = store
-    theirs = make_manager(str(tmp_path / "s"), owner="2:b")
-    theirs.store = store
+    store = MemoryStore()  # one store, two Neovims
+    mine = make_manager(str(tmp_path / "s"), owner="1:a", store=store)
+    theirs = make_manager(str(tmp_path / "s"), owner="2:b", store=store)
     try:
         a = await shell_task(mine, "echo mine", ctx.cwd)
         b = await shell_task(theirs, "echo theirs", ctx.cwd, chat="chat-b")

@@ -59,6 +59,7 @@ class TasksConfig:
     halt_grace: float = 5.0
     kill_on_exit: bool = True
     nice: int = 10
+    max_log_bytes: int = 1073741824  # stdout + stderr; past it the task fails (0: no limit)
     retention: Retention = field(default_factory=Retention)
 
 

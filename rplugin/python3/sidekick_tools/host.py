@@ -17,10 +17,11 @@ from .calls import CallRunner, UserError
 from .calls.follow import task_view
 from .config import Config
 from .nvim_port import NvimPort
-from .statedir import log_to_file, prepare_state_dir
+from .statedir import StateDir, log_to_file, open_state_dir
+from .tasks.identity import owner_token
 from .tasks.manager import TaskManager
-from .tasks.runner import owner_token
-from .tasks.store import MemoryStore, SqliteStore, StoreError
+from .tasks.store import MemoryStore, StoreError, TaskStore, open_store
+from .tasks.tuning import EngineTuning
 from .tools import command_table
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class Host:
         handler = self._handler(name)
         try:
             return handler(*args)
-        except UserError as exc:
+        except (UserError, StoreError) as exc:  # StoreError: the database is locked
             raise _error_response(str(exc)) from None
         except TypeError as exc:
             log.exception("bad arguments for %s", name)
@@ -89,34 +90,47 @@ class Host:
 
     def _init(self, config: Config, info: dict[str, Any] | None) -> Any:
         self.config = config
-        prepare_state_dir(config.state_dir)
-        log_to_file(os.path.join(config.state_dir, "host.log"))
+        state = open_state_dir(config.state_dir)
+        log_to_file(os.path.join(state.path, "host.log"))
         nvim_pid = int((info or {}).get("nvim_pid") or os.getppid())
         self.owner = owner_token(nvim_pid)
-        store = self._open_store(config)
-        self.tasks = TaskManager(store, config.state_dir, self.owner, **_task_settings(config))
+        tuning = EngineTuning.from_env()
+        store = self._open_store(config, state, tuning.busy_timeout)
+        self.tasks = TaskManager(
+            store,
+            state.path,
+            self.owner,
+            config.tasks,
+            tuning=tuning,
+            on_store_fallback=self._store_failed,
+        )
         self.port.block_on(self.tasks.recover())
         self.calls = CallRunner(self.port, self.tasks, config)
         self._report_config_problems(config)
         log.info("host %s started for %s (store %s)", __version__, self.owner, self.store_kind)
         return self._info()
 
-    def _open_store(self, config: Config) -> Any:
+    def _open_store(self, config: Config, state: StateDir, busy_timeout: float) -> TaskStore:
+        """The configured store; memory, with one message, when it cannot be used."""
+        self.store_kind = "sqlite"
         if config.tasks.store == "memory":
             self.store_kind = "memory"
             return MemoryStore()
-        path = os.path.join(config.state_dir, "tasks.db")
-        try:
-            store = SqliteStore(path)
-        except StoreError as exc:
-            log.error("task store unusable: %s", exc)
-            self.port.notify_user(
-                f"sidekick_tools: {exc}\nTasks are kept in memory for this session.", "error"
-            )
-            self.store_kind = "memory (fallback)"
+        if state.problem is not None:
+            self._store_failed(state.explain())
             return MemoryStore()
-        self.store_kind = "sqlite"
+        path = os.path.join(state.path, "tasks.db")
+        store, problem = open_store("sqlite", path, busy_timeout)
+        if problem is not None:
+            self._store_failed(
+                f"sidekick_tools: {problem}\nTasks are kept in memory for this session."
+            )
         return store
+
+    def _store_failed(self, message: str) -> None:
+        log.error("task store unusable: %s", message)
+        self.store_kind = "memory (fallback)"
+        self.port.notify_user(message, "error")
 
     def _reconfigure(self, config: Config) -> None:
         """`setup()` called again (a lazy.nvim reload): every option reaches
@@ -131,7 +145,7 @@ class Host:
             config.state_dir = self.config.state_dir
         self.config = config
         self.calls.config = config
-        self.tasks.configure(**_task_settings(config))
+        self.tasks.configure(config.tasks)
         self._report_config_problems(config)
 
     def rpc_settings(self) -> Any:
@@ -169,13 +183,10 @@ class Host:
         return self._run_request(lambda gate: self.calls.run_tools(int(buf), cwd, gate, chosen))
 
     def _run_request(self, start: Callable[[asyncio.Future[None]], Any]) -> Any:
-        """Answer a run request before its first call starts working.
-
-        The first call waits on `gate`, which opens once this handler has
-        returned, i.e. once pynvim has sent the reply (callbacks scheduled now
-        run after that). Without it the chain went on to spawn the task first,
-        and the reply with the call's running state reached Neovim 1-2 ms
-        later, while the task's first processes were starting."""
+        """Answer a run request before its first call starts working: the first
+        call waits on `gate`, which opens once this handler has returned, i.e.
+        once pynvim has sent the reply, so Neovim draws the running state
+        before the task spawns (bench/ANALYSIS.md has the measurements)."""
         loop = self.port.loop
         gate: asyncio.Future[None] = loop.create_future()
         try:
@@ -184,11 +195,10 @@ class Host:
             loop.call_soon(_open_gate, gate)
 
     async def _with_events(self, started: Any) -> dict[str, Any]:
-        """The reply to a run request, with the events the calls it started have
-        emitted by then (the first call's running state): Lua shows them as soon
-        as the request returns. Sent on their own, right before or after the
-        reply, Neovim may leave them unread until the host sends something else
-        (neovim/neovim#12722); in a 100,000-line chat that was 6 ms."""
+        """The reply to a run request, with the events its calls emitted by then
+        (the first call's running state): sent on their own next to a reply,
+        Neovim may leave them unread until the host sends something else
+        (neovim/neovim#12722)."""
         reply = await started
         await asyncio.sleep(0)  # the started chain runs up to its first state change
         reply["events"] = self.port.take_events()
@@ -335,17 +345,6 @@ class Host:
 
 def _status(task: Any) -> str:
     return str(getattr(task.status, "value", task.status))
-
-
-def _task_settings(config: Config) -> dict[str, Any]:
-    t = config.tasks
-    return {
-        "max_concurrent": t.max_concurrent,
-        "default_timeout": t.default_timeout,
-        "halt_grace": t.halt_grace,
-        "retention": (t.retention.completed, t.retention.failed),
-        "nice": int(t.nice),
-    }
 
 
 def _list(value: Any) -> list[Any]:

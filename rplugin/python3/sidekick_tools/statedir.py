@@ -1,28 +1,63 @@
 """The state directory (0700) and the log file in it (0600), shared by the
-Neovim host and the MCP server."""
+Neovim host and the MCP server. A state directory that cannot be written (a
+read-only mount, a full disk) is replaced by a private temporary one, so the
+host keeps working: tasks in memory, logs there."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import tempfile
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StateDir:
+    path: str  # where the database, the task logs and the log file go
+    problem: str | None = None  # why the configured directory is not `path`
+
+    def explain(self) -> str:
+        """The one message the user gets about a replaced state directory."""
+        return (
+            f"sidekick_tools: the state directory {self.problem}: tasks are kept in memory "
+            f"for this session, and their logs go to {self.path}"
+        )
 
 
 def prepare_state_dir(path: str) -> None:
     os.makedirs(path, mode=0o700, exist_ok=True)
-    try:
+    with contextlib.suppress(OSError):
         os.chmod(path, 0o700)
-    except OSError:
-        pass
+
+
+def open_state_dir(path: str) -> StateDir:
+    """`path`, created 0700 and proven writable; else a fresh 0700 directory
+    under the temporary directory, with the reason."""
+    try:
+        prepare_state_dir(path)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".writable-")
+        os.close(fd)
+        os.unlink(probe)
+        return StateDir(path)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        return StateDir(
+            tempfile.mkdtemp(prefix="sidekick_tools-"), f"{path} is unusable ({reason})"
+        )
 
 
 def log_to_file(path: str) -> None:
-    """Send the package's log records to ``path`` (once per process)."""
+    """Send the package's log records to ``path`` (once per process); a file
+    that cannot be opened leaves logging to stderr alone."""
     root = logging.getLogger("sidekick_tools")
     if any(isinstance(h, logging.FileHandler) for h in root.handlers):
         return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.close(fd)
-    handler = logging.FileHandler(path)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        handler = logging.FileHandler(path)
+    except OSError:
+        return
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
     root.setLevel(os.environ.get("SIDEKICK_TOOLS_LOG_LEVEL", "INFO"))

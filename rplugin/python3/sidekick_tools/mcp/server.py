@@ -30,10 +30,11 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from .. import __version__
-from ..statedir import log_to_file, prepare_state_dir
+from ..statedir import StateDir, log_to_file, open_state_dir
+from ..tasks.identity import owner_token
 from ..tasks.manager import TaskManager
-from ..tasks.runner import owner_token
-from ..tasks.store import MemoryStore, SqliteStore
+from ..tasks.store import MemoryStore, TaskStore, open_store
+from ..tasks.tuning import EngineTuning
 from .face import SPECS, Face, UnknownTool
 from .settings import ConfigSource, Options
 
@@ -102,33 +103,36 @@ def _client_name(ctx: Any) -> str | None:
     return getattr(info, "name", None)
 
 
-def open_manager(source: ConfigSource) -> TaskManager:
+def open_manager(source: ConfigSource, state: StateDir) -> TaskManager:
     config = source.current()
-    state_dir = source.options.state_dir
-    store: Any
+    tuning = EngineTuning.from_env()
+    store: TaskStore
     if config.tasks.store == "memory":
         store = MemoryStore()  # the user keeps no task history: none is shared either
+    elif state.problem is not None:
+        log.error("%s", state.explain())
+        store = MemoryStore()
     else:
-        store = SqliteStore(os.path.join(state_dir, "tasks.db"))
-    t = config.tasks
+        path = os.path.join(state.path, "tasks.db")
+        store, problem = open_store("sqlite", path, tuning.busy_timeout)
+        if problem is not None:
+            log.error("task store unusable, tasks are kept in memory: %s", problem)
     return TaskManager(
         store,
-        state_dir,
+        state.path,
         owner_token(os.getpid()),
-        max_concurrent=t.max_concurrent,
-        default_timeout=t.default_timeout,
-        halt_grace=t.halt_grace,
-        retention=(t.retention.completed, t.retention.failed),
-        nice=int(t.nice),
+        config.tasks,
+        tuning=tuning,
+        on_store_fallback=lambda message: log.error("%s", message),
     )
 
 
 async def serve(options: Options) -> int:
     """Serve one client over stdio until it leaves; the process's exit code."""
-    prepare_state_dir(options.state_dir)
-    log_to_file(os.path.join(options.state_dir, "mcp.log"))
+    state = open_state_dir(options.state_dir)
+    log_to_file(os.path.join(state.path, "mcp.log"))
     source = ConfigSource(options)
-    manager = open_manager(source)
+    manager = open_manager(source, state)
     await manager.recover()
     face = Face(manager, source, os.getcwd())
     server = build_server(face)

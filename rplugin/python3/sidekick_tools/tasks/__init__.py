@@ -1,17 +1,21 @@
-"""Background tasks: model, storage, process runner, output parsing, manager.
+"""Background tasks: model, store, awaitable processes, one supervisor per task,
+its lifecycle behaviours, and the manager in front of them.
 
 Plain asyncio; never imports pynvim (see docs/architecture.md).
 """
 
 from __future__ import annotations
 
+from .identity import owner_token
 from .manager import OutputRead, TaskEvent, TaskManager, TaskNotFound, TaskSpec
 from .model import TERMINAL, IllegalTransition, Reason, Task, TaskStatus, transition
-from .runner import owner_token
-from .store import MemoryStore, SqliteStore, StoreError, TaskStore, open_store
+from .store import BufferedStore, MemoryStore, SqliteStore, StoreError, TaskStore, open_store
+from .tuning import EngineTuning
 
 __all__ = [
     "TERMINAL",
+    "BufferedStore",
+    "EngineTuning",
     "IllegalTransition",
     "MemoryStore",
     "OutputRead",

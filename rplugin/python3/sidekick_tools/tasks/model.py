@@ -40,8 +40,11 @@ class Reason:
     CANCELLED = "cancelled"
     SPAWN_ERROR = "spawn_error"
     HOST_RESTARTED = "host restarted"
+    LOG_LIMIT = "log_limit"  # its stdout + stderr passed tasks.max_log_bytes
 
-    ALL = (EXIT, SIGNAL, TIMEOUT, CANCELLED, SPAWN_ERROR, HOST_RESTARTED)
+    ALL = (EXIT, SIGNAL, TIMEOUT, CANCELLED, SPAWN_ERROR, HOST_RESTARTED, LOG_LIMIT)
+    # Stopped by the engine for breaking a limit: the task failed (not cancelled).
+    FAILING_STOPS = frozenset({TIMEOUT, LOG_LIMIT})
 
 
 _LEGAL: dict[TaskStatus, frozenset[TaskStatus]] = {
@@ -96,6 +99,7 @@ class Task:
     summary: str | None = None
     error: str | None = None
     result_read: bool = False
+    delivered: bool = False  # its call's result was written into the chat (exactly once)
     read_offsets: dict[str, int] = field(default_factory=dict)  # chat -> byte offset
 
     def __post_init__(self) -> None:
@@ -151,6 +155,22 @@ class Task:
             "summary": self.summary,
             "error": self.error,
         }
+
+
+def keep_their_verdict(theirs: Task, ours: Task) -> list[str]:
+    """Another instance ended the task first (its stored status won): add to
+    `theirs`, in place, what only we know. Returns the fields that changed."""
+    changed = []
+    if theirs.exit_code is None and ours.exit_code is not None:
+        theirs.exit_code = ours.exit_code
+        changed.append("exit_code")
+    if not theirs.summary and ours.summary:
+        theirs.summary = ours.summary
+        changed.append("summary")
+    if ours.lines > theirs.lines:
+        theirs.lines = ours.lines
+        changed.append("lines")
+    return changed
 
 
 def transition(

@@ -80,7 +80,7 @@ def describe(ctx: Any, token: str, task: Any, waited: float) -> dict[str, Any]:
     }
     if state == "queued":
         payload["queued"] = True
-        ahead = ctx.tasks.queue_position(token) if hasattr(ctx.tasks, "queue_position") else None
+        ahead = ctx.tasks.queue_position(token)
         if ahead is not None:
             payload["queued_behind"] = ahead
     if done:

@@ -131,7 +131,7 @@ def _row(ctx: Any, task: Any, now: float) -> str:
 def _state(ctx: Any, task: Any, now: float) -> str:
     state = _tasks.status_of(task)
     if state == "queued":
-        ahead = ctx.tasks.queue_position(task.id) if hasattr(ctx.tasks, "queue_position") else None
+        ahead = ctx.tasks.queue_position(task.id)
         waiting = _tasks.age(now - (task.created_at or now))
         return f"queued {waiting}" + (f" ({ahead} ahead)" if ahead else "")
     if state == "running":

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from sidekick_tools.tasks import runner
+from sidekick_tools.tasks import groups, identity, process
 
 from tests.conftest import until, wait_for
 
@@ -27,7 +27,7 @@ def read(path: str) -> str:
 def exited(pid: int) -> bool:
     """The child has exited (zombie or gone); does not reap it."""
     if not hasattr(os, "waitid"):  # macOS before Python 3.13
-        return runner.start_token(pid) is None
+        return identity.start_token(pid) is None
     try:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
@@ -40,9 +40,9 @@ def assert_reaped(pid: int) -> None:
 
 
 def live_members(pgid: int) -> list[int]:
-    members = runner.group_members(pgid)
+    members = groups.group_members(pgid)
     if members is None:  # not Linux: fall back on killpg
-        return [pgid] if runner.group_alive(pgid) else []
+        return [pgid] if groups.group_alive(pgid) else []
     return members
 
 
@@ -51,33 +51,33 @@ def live_members(pgid: int) -> list[int]:
 
 def test_start_token_and_is_alive() -> None:
     me = os.getpid()
-    token = runner.start_token(me)
-    assert token and runner.start_token(me) == token
-    assert runner.is_alive(me, token)
-    assert not runner.is_alive(me, token + "0")
-    assert not runner.is_alive(me, None)
-    assert not runner.is_alive(None, token)
-    assert runner.start_token(0) is None
+    token = identity.start_token(me)
+    assert token and identity.start_token(me) == token
+    assert identity.is_alive(me, token)
+    assert not identity.is_alive(me, token + "0")
+    assert not identity.is_alive(me, None)
+    assert not identity.is_alive(None, token)
+    assert identity.start_token(0) is None
 
 
 def test_dead_and_zombie_processes_are_not_alive() -> None:
     p = subprocess.Popen(["true"])
-    token = runner.start_token(p.pid)
+    token = identity.start_token(p.pid)
     wait_for(lambda: exited(p.pid))  # a zombie now: dead for us
-    assert not runner.is_alive(p.pid, token)
+    assert not identity.is_alive(p.pid, token)
     p.wait()
-    assert runner.start_token(p.pid) is None
-    assert not runner.is_alive(p.pid, token)
+    assert identity.start_token(p.pid) is None
+    assert not identity.is_alive(p.pid, token)
 
 
 def test_owner_token() -> None:
-    owner = runner.owner_token(os.getpid())
+    owner = identity.owner_token(os.getpid())
     assert owner.startswith(f"{os.getpid()}:")
-    assert runner.parse_owner(owner) == (os.getpid(), runner.start_token(os.getpid()))
-    assert runner.owner_alive(owner)
-    assert not runner.owner_alive(f"{os.getpid()}:not-the-start-time")
-    assert not runner.owner_alive("garbage")
-    assert runner.parse_owner("x:y") is None
+    assert identity.parse_owner(owner) == (os.getpid(), identity.start_token(os.getpid()))
+    assert identity.owner_alive(owner)
+    assert not identity.owner_alive(f"{os.getpid()}:not-the-start-time")
+    assert not identity.owner_alive("garbage")
+    assert identity.parse_owner("x:y") is None
 
 
 # --------------------------------------------------------------------------- files
@@ -85,30 +85,30 @@ def test_owner_token() -> None:
 
 def test_read_exit(tmp_path) -> None:
     d = str(tmp_path)
-    assert runner.read_exit(d) is None
+    assert process.read_exit(d) is None
     (tmp_path / "exit").write_text("garbage")
-    assert runner.read_exit(d) is None
+    assert process.read_exit(d) is None
     (tmp_path / "exit").write_text("code=7\nsignal=0\nended=\n")
-    rec = runner.read_exit(d)
+    rec = process.read_exit(d)
     assert rec.code == 7 and rec.signal == 0
     assert rec.ended_at == pytest.approx(os.stat(tmp_path / "exit").st_mtime)
     (tmp_path / "exit").write_text("code=0\nsignal=15\nended=1700000000,25\n")
-    assert runner.read_exit(d) == runner.ExitRecord(0, 15, 1700000000.25)
+    assert process.read_exit(d) == process.ExitRecord(0, 15, 1700000000.25)
     # Being written (the supervisor's printf not done yet): not a record yet.
     for partial in ("", "code=1", "code=12\nsignal=0\n", "code=12\nsignal=0\nended=17000"):
         (tmp_path / "exit").write_text(partial)
-        assert runner.read_exit(d) is None, partial
+        assert process.read_exit(d) is None, partial
 
 
 def test_spawn_errors(tmp_path) -> None:
     log_dir = str(tmp_path / "log")
-    with pytest.raises(runner.SpawnError, match="does not exist"):
-        runner.spawn("true", log_dir, cwd=str(tmp_path / "nope"))
+    with pytest.raises(process.SpawnError, match="does not exist"):
+        process.spawn("true", log_dir, cwd=str(tmp_path / "nope"))
     (tmp_path / "file").write_text("")
-    with pytest.raises(runner.SpawnError, match="not a directory"):
-        runner.spawn("true", log_dir, cwd=str(tmp_path / "file"))
-    with pytest.raises(runner.SpawnError, match="environment variable"):
-        runner.spawn("true", log_dir, cwd=str(tmp_path), env={"A=B": "x"})
+    with pytest.raises(process.SpawnError, match="not a directory"):
+        process.spawn("true", log_dir, cwd=str(tmp_path / "file"))
+    with pytest.raises(process.SpawnError, match="environment variable"):
+        process.spawn("true", log_dir, cwd=str(tmp_path), env={"A=B": "x"})
 
 
 # --------------------------------------------------------------------------- processes
@@ -123,14 +123,13 @@ async def test_child_runs_with_output_in_files(tmp_path, monkeypatch, use_pidfd)
     log_dir = str(tmp_path / "tasks" / "abc123")
     (tmp_path / "go").unlink(missing_ok=True)
     cmd = 'echo "out $FOO"; echo err >&2; while [ ! -f go ]; do sleep 0.02; done; exit 3'
-    proc = runner.spawn(cmd, log_dir, cwd=str(tmp_path), env={"FOO": "bar"})
+    proc = process.spawn(cmd, log_dir, cwd=str(tmp_path), env={"FOO": "bar"})
     assert proc.pid == proc.pgid and proc.start_token
     assert os.getpgid(proc.pid) == proc.pid  # its own group...
     # ...in this process's session only when that has no terminal to leak
-    in_own_session = runner._detach_kwargs() == {"start_new_session": True}  # noqa: SLF001
+    in_own_session = process._detach_kwargs() == {"start_new_session": True}  # noqa: SLF001
     assert (os.getsid(proc.pid) == proc.pid) == in_own_session
-    fired = asyncio.Event()
-    proc.watch(asyncio.get_running_loop(), fired.set)
+    exited = asyncio.ensure_future(proc.wait())
     stdout, stderr = os.path.join(log_dir, "stdout"), os.path.join(log_dir, "stderr")
     await until(lambda: read(stdout) == "out bar\n" and read(stderr) == "err\n")
     if LINUX:
@@ -144,13 +143,13 @@ async def test_child_runs_with_output_in_files(tmp_path, monkeypatch, use_pidfd)
             if os.path.exists(f"/proc/self/fd/{fd}")
         }
         assert stdout not in mine and stderr not in mine
-    assert proc.alive()
+    assert proc.alive() and not exited.done()
     (tmp_path / "go").write_text("")
-    await asyncio.wait_for(fired.wait(), 10)
-    out = proc.outcome()
+    out = await asyncio.wait_for(exited, 10)
     assert out.code == 3 and out.recorded and out.signal is None
+    assert proc.exited and not proc.alive()
     assert proc.returncode == 3
-    assert runner.read_exit(log_dir).code == 3
+    assert process.read_exit(log_dir).code == 3
     assert_reaped(proc.pid)
     assert stat.S_IMODE(os.stat(log_dir).st_mode) == 0o700
     for name in ("stdout", "stderr", "exit"):
@@ -160,96 +159,97 @@ async def test_child_runs_with_output_in_files(tmp_path, monkeypatch, use_pidfd)
 
 def test_supervisor_survives_sigterm_and_records_exit(tmp_path) -> None:
     log_dir = str(tmp_path / "log")
-    proc = runner.spawn("echo ready; sleep 30", log_dir, cwd=str(tmp_path))
+    proc = process.spawn("echo ready; sleep 30", log_dir, cwd=str(tmp_path))
     wait_for(lambda: "ready" in read(os.path.join(log_dir, "stdout")))
     os.killpg(proc.pgid, signal.SIGTERM)
     assert proc.popen.wait(timeout=10) == 143
-    rec = runner.read_exit(log_dir)
+    rec = process.read_exit(log_dir)
     assert rec is not None and rec.code == 143 and rec.signal == 15
 
 
 async def test_terminate_group_kills_a_tree_that_ignores_sigterm(tmp_path) -> None:
     log_dir = str(tmp_path / "log")
     cmd = "trap '' TERM; sleep 1000 & sleep 1000 & echo ready; wait"
-    proc = runner.spawn(cmd, log_dir, cwd=str(tmp_path))
-    fired = asyncio.Event()
-    proc.watch(asyncio.get_running_loop(), fired.set)
+    proc = process.spawn(cmd, log_dir, cwd=str(tmp_path))
+    exited = asyncio.ensure_future(proc.wait())
     await until(lambda: "ready" in read(os.path.join(log_dir, "stdout")))
     if LINUX:
         assert len(live_members(proc.pgid)) >= 4  # wrapper, sh, 2 x sleep
-    killed = await runner.terminate_group(proc.pgid, grace=0.3)
+    killed = await proc.terminate(grace=0.3)
     assert killed  # SIGTERM was not enough
-    await asyncio.wait_for(fired.wait(), 10)
+    out = await asyncio.wait_for(exited, 10)
     assert live_members(proc.pgid) == []
-    out = proc.outcome()
+    assert not await proc.terminate(grace=0.3)  # reaped: never signalled again
     assert not out.recorded and out.signal == 9 and out.code == 137
     assert_reaped(proc.pid)
 
 
 async def test_stray_background_processes_get_sigterm_on_exit(tmp_path) -> None:
     log_dir = str(tmp_path / "log")
-    proc = runner.spawn("sleep 1000 & echo started", log_dir, cwd=str(tmp_path))
-    fired = asyncio.Event()
-    proc.watch(asyncio.get_running_loop(), fired.set)
-    await asyncio.wait_for(fired.wait(), 10)
-    assert proc.outcome().code == 0
+    proc = process.spawn("sleep 1000 & echo started", log_dir, cwd=str(tmp_path))
+    assert (await asyncio.wait_for(proc.wait(), 10)).code == 0
     assert proc.stragglers_signalled
     await until(lambda: live_members(proc.pgid) == [])
 
 
-async def test_foreign_process_is_polled(tmp_path) -> None:
+async def test_adopted_process_is_polled(tmp_path) -> None:
     log_dir = str(tmp_path / "log")
     (tmp_path / "go").unlink(missing_ok=True)
-    child = runner.spawn(
+    child = process.spawn(
         "while [ ! -f go ]; do sleep 0.02; done; exit 4", log_dir, cwd=str(tmp_path)
     )
-    foreign = runner.ForeignProcess(child.pid, child.start_token, log_dir)
-    assert not foreign.is_child and foreign.alive()
-    fired = asyncio.Event()
-    foreign.watch(asyncio.get_running_loop(), fired.set)
+    adopted = process.AdoptedProcess(child.pid, child.start_token, log_dir, poll_interval=0.02)
+    assert not adopted.is_child and adopted.alive()
+    exited = asyncio.ensure_future(adopted.wait())
     (tmp_path / "go").write_text("")
-    await asyncio.wait_for(fired.wait(), 10)
-    out = foreign.outcome()
+    out = await asyncio.wait_for(exited, 10)
     assert out.code == 4 and out.recorded
     child.popen.wait(timeout=10)
-    # Vanished without an exit file: no outcome code.
-    gone = runner.ForeignProcess(child.pid, child.start_token, str(tmp_path / "nothing"))
-    fired2 = asyncio.Event()
-    gone.watch(asyncio.get_running_loop(), fired2.set)
-    await asyncio.wait_for(fired2.wait(), 10)
-    assert gone.outcome().code is None and not gone.outcome().recorded
+    # Vanished without an exit record: no outcome code.
+    gone = process.AdoptedProcess(child.pid, child.start_token, str(tmp_path / "nothing"))
+    out = await asyncio.wait_for(gone.wait(), 10)
+    assert out.code is None and not out.recorded
 
 
-async def test_foreign_process_waits_for_a_complete_exit_record(tmp_path) -> None:
+async def test_adopted_process_waits_for_a_complete_exit_record(tmp_path) -> None:
     log_dir = tmp_path / "log"
-    child = runner.spawn("sleep 1000", str(log_dir), cwd=str(tmp_path))
+    child = process.spawn("sleep 1000", str(log_dir), cwd=str(tmp_path))
     try:
-        foreign = runner.ForeignProcess(child.pid, child.start_token, str(log_dir))
-        fired: list[bool] = []
-        foreign.watch(asyncio.get_running_loop(), lambda: fired.append(True))
-        foreign.unwatch()  # drive the checks by hand
-        foreign._loop = asyncio.get_running_loop()  # noqa: SLF001
-        foreign._on_exit = lambda: fired.append(True)  # noqa: SLF001
+        adopted = process.AdoptedProcess(child.pid, child.start_token, str(log_dir))
+        assert adopted.poll() is None  # running, no record
         (log_dir / "exit").write_text("code=3\nsig")  # the writer is mid-printf
-        foreign._check()  # noqa: SLF001
-        assert fired == [] and foreign._timer is not None  # noqa: SLF001
-        foreign._timer.cancel()  # noqa: SLF001
+        assert adopted.poll() is None and not adopted.exited
         (log_dir / "exit").write_text("code=3\nsignal=0\nended=\n")
-        foreign._check()  # noqa: SLF001
-        assert fired == [True] and foreign.outcome().code == 3
+        out = adopted.poll()
+        assert out is not None and out.code == 3 and adopted.exited
     finally:
-        runner.signal_group(child.pgid, signal.SIGKILL)
+        groups.signal_group(child.pgid, signal.SIGKILL)
         child.popen.wait(timeout=10)
+
+
+async def test_an_adopted_process_is_signalled_only_while_it_is_the_same_process(tmp_path):
+    log_dir = tmp_path / "log"
+    child = process.spawn("echo ready; sleep 1000", str(log_dir), cwd=str(tmp_path))
+    try:
+        await until(lambda: "ready" in read(str(log_dir / "stdout")))
+        stranger = process.AdoptedProcess(child.pid, "not-its-start-token", str(log_dir))
+        assert not await stranger.terminate(0.1) and not stranger.kill()
+        assert live_members(child.pgid)  # a bare pid is never trusted
+        same = process.AdoptedProcess(child.pid, child.start_token, str(log_dir))
+        assert same.kill()
+        assert child.popen.wait(timeout=10) != 0
+    finally:
+        groups.signal_group(child.pgid, signal.SIGKILL)
 
 
 def test_kill_groups_now(tmp_path) -> None:
     procs = [
-        runner.spawn("trap '' TERM; echo ready; sleep 1000", str(tmp_path / f"l{i}"))
+        process.spawn("trap '' TERM; echo ready; sleep 1000", str(tmp_path / f"l{i}"))
         for i in range(2)
     ]
     for i in range(2):
         wait_for(lambda i=i: "ready" in read(str(tmp_path / f"l{i}" / "stdout")))
-    runner.kill_groups_now([p.pgid for p in procs], grace=0.1)
+    groups.kill_groups_now([p.pgid for p in procs], grace=0.1)
     for p in procs:
         p.popen.wait(timeout=10)
         wait_for(lambda p=p: live_members(p.pgid) == [])
@@ -258,20 +258,20 @@ def test_kill_groups_now(tmp_path) -> None:
 def test_tasks_have_no_controlling_terminal(tmp_path) -> None:
     """A command that wants a terminal (a password prompt) fails instead of hanging."""
     log_dir = str(tmp_path / "log")
-    proc = runner.spawn("(exec 3</dev/tty) 2>/dev/null && echo tty || echo no-tty", log_dir)
+    proc = process.spawn("(exec 3</dev/tty) 2>/dev/null && echo tty || echo no-tty", log_dir)
     proc.popen.wait(timeout=10)
     with open(os.path.join(log_dir, "stdout")) as f:
         assert f.read() == "no-tty\n"
 
 
 def test_detach_joins_the_host_session_only_without_a_terminal(monkeypatch) -> None:
-    detach = runner._detach_kwargs  # noqa: SLF001
+    detach = process._detach_kwargs  # noqa: SLF001
     try:
         detach.cache_clear()
-        monkeypatch.setattr(runner, "_has_controlling_terminal", lambda: True)
+        monkeypatch.setattr(process, "_has_controlling_terminal", lambda: True)
         assert detach() == {"start_new_session": True}
         detach.cache_clear()
-        monkeypatch.setattr(runner, "_has_controlling_terminal", lambda: False)
+        monkeypatch.setattr(process, "_has_controlling_terminal", lambda: False)
         expected = (
             {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
         )
@@ -284,16 +284,16 @@ def test_detach_joins_the_host_session_only_without_a_terminal(monkeypatch) -> N
 def test_logs_are_private_and_the_command_keeps_the_hosts_umask(tmp_path, mask) -> None:
     """The wrapper creates the logs 0600 whatever the umask, then gives the
     command this process's umask back."""
-    runner._umask.cache_clear()  # noqa: SLF001
+    process._umask.cache_clear()  # noqa: SLF001
     old = os.umask(mask)
     try:
         log_dir = str(tmp_path / "log")
-        proc = runner.spawn("umask; : > made", log_dir, cwd=str(tmp_path))
+        proc = process.spawn("umask; : > made", log_dir, cwd=str(tmp_path))
     finally:
         os.umask(old)
-        runner._umask.cache_clear()  # noqa: SLF001
-    wait_for(lambda: runner.read_exit(log_dir) is not None)
-    assert runner.read_exit(log_dir).code == 0
+        process._umask.cache_clear()  # noqa: SLF001
+    wait_for(lambda: process.read_exit(log_dir) is not None)
+    assert process.read_exit(log_dir).code == 0
     assert int(read(os.path.join(log_dir, "stdout")).strip(), 8) == mask
     assert stat.S_IMODE(os.stat(tmp_path / "made").st_mode) == 0o666 & ~mask
     for name in ("stdout", "stderr", "exit"):
@@ -306,14 +306,13 @@ def test_start_token_of_an_exited_child_is_kept(tmp_path):
     """A task that exits before its spawn returns still gets its identity."""
     import subprocess as sp
 
-    from sidekick_tools.tasks import runner as r
-
+    r = identity
     child = sp.Popen(["true"])
     deadline = time.monotonic() + 10
-    while r._proc_stat(child.pid)[0] != "Z":  # exited, not reaped: a zombie
+    while r.proc_stat(child.pid)[0] != "Z":  # exited, not reaped: a zombie
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert r.start_token(child.pid) is None  # gone, for liveness checks
     token = r.start_token(child.pid, zombie_ok=True)
-    assert token and token.endswith(":" + r._proc_stat(child.pid)[19])
+    assert token and token.endswith(":" + r.proc_stat(child.pid)[19])
     child.wait()

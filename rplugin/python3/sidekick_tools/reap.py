@@ -1,0 +1,57 @@
+"""Halt the tasks of a Neovim whose host died: the `kill_on_exit` promise kept
+without the host.
+
+    python -E -c BOOT <plugin>/rplugin/python3 --halt-owner OWNER --state-dir DIR [--grace S]
+
+(BOOT as lua/sidekick_tools/host.lua `command(python, "sidekick_tools.reap")`
+builds it.) Lua runs it synchronously in VimLeavePre when the host is dead.
+OWNER is the `owner` of the host's init reply ("<nvim pid>:<start token>").
+Every queued or running task of OWNER in DIR/tasks.db is halted: each live
+process group (pid + start token checked) gets SIGTERM, SIGKILL after the
+grace (default 0.5 s), and the tasks are recorded cancelled. Prints one JSON
+object, {"halted": [...], "cancelled": [...], "unrecorded": [...], "errors":
+[...]}, and exits 0; 2 on bad arguments, 1 when the database cannot be used.
+Needs neither pynvim nor a running host; done within about a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .tasks.identity import parse_owner
+from .tasks.remote_halt import OwnerHalt, halt_owner_now
+from .tasks.store import SqliteStore, StoreError
+
+BUSY_TIMEOUT = 0.2  # seconds the database may keep us waiting (Neovim is exiting)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="sidekick_tools.reap", description=__doc__)
+    parser.add_argument("--halt-owner", required=True, metavar="OWNER")
+    parser.add_argument("--state-dir", required=True, metavar="DIR")
+    parser.add_argument("--grace", type=float, default=0.5, metavar="SECONDS")
+    args = parser.parse_args(argv)
+    if parse_owner(args.halt_owner) is None:
+        parser.error(f"--halt-owner {args.halt_owner!r} is not '<pid>:<start token>'")
+    path = os.path.join(os.path.expanduser(args.state_dir), "tasks.db")
+    if not os.path.exists(path):  # no history: nothing to halt (and nothing created)
+        print(json.dumps(OwnerHalt().to_dict()))
+        return 0
+    try:
+        store = SqliteStore(path, busy_timeout=BUSY_TIMEOUT)
+    except StoreError as exc:
+        sys.stderr.write(f"sidekick_tools.reap: {exc}\n")
+        return 1
+    try:
+        report = halt_owner_now(store, args.halt_owner, max(0.0, args.grace))
+    finally:
+        store.close()
+    print(json.dumps(report.to_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

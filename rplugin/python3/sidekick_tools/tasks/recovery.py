@@ -1,0 +1,86 @@
+"""At host start: take stock of the store's unfinished tasks.
+
+For every queued or running task not owned by another *live* Neovim (or MCP
+server): queued -> failed "host restarted"; running with an exit record -> the
+recorded exit; running with its process alive (pid + start token, never a
+bare pid) -> adopted and supervised again, its remaining timeout included;
+otherwise -> failed "host restarted". Another host racing for the same task
+loses its compare-and-set and leaves it alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from .identity import is_alive, owner_alive
+from .log_follower import LogFollower
+from .log_limit import LIMIT_ERROR, cut_at_exit
+from .model import ACTIVE, Reason, Task, TaskStatus, transition
+from .on_exit_summarize import combine_summary, scan_for_summary, take_counts
+from .process import AdoptedProcess, Outcome, read_exit
+from .store import StoreError, TaskQuery
+from .supervisor import FINAL_FIELDS, StopRequest, settle
+
+if TYPE_CHECKING:
+    from .engine import TaskEngine
+
+log = logging.getLogger(__name__)
+
+
+async def recover(engine: TaskEngine) -> None:
+    try:
+        unfinished = engine.store.list(TaskQuery.of(ACTIVE), limit=None)
+    except StoreError:
+        log.exception("recovery skipped: the task store cannot be read")
+        return
+    owners_alive: dict[str, bool] = {}
+    for task in unfinished:
+        if engine.supervises(task.id):
+            continue
+        if task.owner != engine.owner:
+            if task.owner not in owners_alive:
+                owners_alive[task.owner] = owner_alive(task.owner)
+            if owners_alive[task.owner]:
+                continue  # a live Neovim's (or MCP server's) task: not ours to touch
+        try:
+            await _recover_one(engine, task)
+        except StoreError:
+            log.exception("task %s: recovery failed", task.id)
+
+
+async def _recover_one(engine: TaskEngine, task: Task) -> None:
+    expect = {"status": task.status.value, "owner": task.owner}
+    if task.status is TaskStatus.QUEUED:
+        transition(task, TaskStatus.FAILED, reason=Reason.HOST_RESTARTED)
+        task.error = "the task never started: its Neovim or host exited first"
+        if engine.save(task, ("status", "reason", "ended_at", "error"), expect=expect):
+            engine.emit("finished", task)
+        return
+    record = read_exit(task.log_dir) if task.log_dir else None
+    if record is None and is_alive(task.pid, task.pid_start):
+        task.owner = engine.owner
+        if not engine.save(task, ("owner",), expect=expect):
+            return  # another instance adopted it first
+        assert task.pid is not None
+        poll = engine.tuning.adopted_poll_interval
+        engine.adopt(task, AdoptedProcess(task.pid, task.pid_start, task.log_dir, poll))
+        engine.emit("updated", task)
+        return
+    limit = int(engine.config.max_log_bytes or 0)
+    over = record is not None and cut_at_exit(task, limit)
+    follower = LogFollower(task.log_path or os.devnull)
+    loop = asyncio.get_running_loop()
+    out, err = await loop.run_in_executor(None, scan_for_summary, task, follower)
+    if record is not None:
+        stop = StopRequest(Reason.LOG_LIMIT, LIMIT_ERROR.format(limit=limit)) if over else None
+        settle(task, Outcome(record.code, None, record.ended_at, True), stop)
+    else:
+        transition(task, TaskStatus.FAILED, reason=Reason.HOST_RESTARTED)
+        task.error = "the host restarted and the task's process is gone"
+    task.summary = combine_summary(task.status, out, err)
+    take_counts(task, follower)
+    if engine.save(task, FINAL_FIELDS, expect=expect):
+        engine.emit("finished", task)

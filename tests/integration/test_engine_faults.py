@@ -1,0 +1,118 @@
+"""Faults around the task engine, in a real headless Neovim: a locked database,
+a read-only state dir, a full disk, a hostile filter regex. The editor keeps
+answering and nothing is left `running`."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+import pytest
+
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+HEAD = "USER: go\n\nASSISTANT: On it.\n\n"
+
+
+def call(call_id: str, tool: str = "run_terminal_command", **params) -> str:
+    return f"```tool {tool} id={call_id}\n{json.dumps(params)}\n```\n"
+
+
+def round_trip(editor) -> float:
+    """Seconds for a request to reach the host and come back, plus one to Neovim."""
+    start = time.monotonic()
+    assert editor.lua("return require('sidekick_tools.host').request('ping')") == "pong"
+    assert editor.nvim.eval("1") == 1
+    return time.monotonic() - start
+
+
+def stored_status(db, token: str) -> str | None:
+    reader = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = reader.execute("SELECT status FROM tasks WHERE token = ?", (token,)).fetchone()
+    finally:
+        reader.close()
+    return row[0] if row else None
+
+
+def add_message(editor, call_text: str) -> int:
+    """Append an assistant message with one call; the call's 1-based line."""
+    lines = ["", "ASSISTANT: And now this.", "", *call_text.splitlines()]
+    row = len(editor.lines()) + 4
+    editor.nvim.current.buffer.append(lines)
+    return row
+
+
+def test_a_database_locked_mid_session_never_holds_the_editor(editor):
+    editor.setup()
+    editor.open_chat(HEAD + call("a", command="echo before"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=a status=completed exit=0")
+    row = add_message(editor, call("b", command="echo during-lock"))
+    db = editor.state_dir / "tasks.db"
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
+    try:
+        start = time.monotonic()
+        editor.run_tool(row)
+        assert editor.nvim.eval("1") == 1
+        assert time.monotonic() - start < 1.0
+        text = editor.wait_text("```result id=b status=completed exit=0")
+        assert "during-lock" in text.split("```result id=b")[1]
+        assert round_trip(editor) < 1.0
+        tasks = editor.lua("return require('sidekick_tools').list_tasks()")
+        token = next(t["id"] for t in tasks if t["call_id"] == "b")
+        assert next(t for t in tasks if t["id"] == token)["status"] == "completed"
+        assert stored_status(db, token) is None  # its row waits for the lock
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    wait_for(lambda: stored_status(db, token) == "completed")
+    assert not [n for n in editor.notifications() if "tasks.db" in n]  # a lock is no failure
+
+
+def test_a_read_only_state_dir_falls_back_with_one_message(editor, tmpfs):
+    state = tmpfs("readonly-state", read_only=True)
+    editor.setup(state_dir=str(state))
+    editor.open_chat(HEAD + call("r", command="echo works"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=r status=completed exit=0")
+    editor.run_tool(add_message(editor, call("s", command="echo too")))
+    editor.wait_text("```result id=s status=completed exit=0")
+    notes = [n for n in editor.notifications() if "state directory" in n]
+    assert len(notes) == 1, editor.notifications()
+    assert str(state) in notes[0] and "memory" in notes[0]
+    log_path = editor.lua("return require('sidekick_tools').list_tasks()")[0]["log_path"]
+    assert not log_path.startswith(str(state)) and log_path.split("/tasks/")[0] in notes[0]
+
+
+def test_a_full_disk_ends_the_task_with_its_status(editor, tmpfs):
+    state = tmpfs("small-state", size="2m")
+    editor.setup(state_dir=str(state), tasks={"max_log_bytes": 0})
+    editor.open_chat(HEAD + call("f", command="cat /dev/zero"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=f status=failed exit=1", timeout=30)
+    task = editor.lua("return require('sidekick_tools').list_tasks()")[0]
+    assert task["status"] == "failed" and task["exit_code"] == 1
+    assert round_trip(editor) < 1.0
+    notes = [n for n in editor.notifications() if "disk is full" in n]
+    assert len(notes) == 1 and "memory" in notes[0]
+
+
+def test_a_hostile_filter_never_holds_the_editor(editor):
+    editor.setup()
+    evil = "a" * 40 + "b"  # ^(a+)+$ backtracks 2^40 ways on it
+    editor.open_chat(HEAD + call("p", command=f"echo {evil}", **{"async": False}))
+    editor.run_tool(5)
+    editor.wait_text("```result id=p status=completed exit=0")
+    token = editor.lua("return require('sidekick_tools').list_tasks()")[0]["id"]
+    row = add_message(editor, call("q", "task_output", task=token, filter="^(a+)+$"))
+    start = time.monotonic()
+    editor.run_tool(row)
+    assert round_trip(editor) < 1.0  # while the regex runs in its own process
+    assert time.monotonic() - start < 1.0
+    text = editor.wait_text("```result id=q status=failed", timeout=30)
+    assert "filter took too long" in text
