@@ -203,21 +203,15 @@ local function act(buf, method, ...)
   return res
 end
 
-function M.run_tool(buf, row, cwd)
-  return act(buf, "run_tool", buf, row, cwd)
-end
-
---- `ids`: the calls to run (vim.NIL: every pending one).
-function M.run_tools(buf, cwd, ids)
-  return act(buf, "run_tools", buf, cwd, ids)
-end
-
-function M.run_call(buf, call_id, cwd)
-  return act(buf, "run_call", buf, call_id, cwd)
-end
-
-function M.deny(buf, row, reason)
-  return act(buf, "deny", buf, row, reason)
+-- The requests the user makes on a buffer, each (buf, ...) -> the host's answer:
+--   run_tool(buf, row, cwd)          the call at row, then the chain after it
+--   run_tools(buf, cwd, ids)         ids: the calls to run (vim.NIL: every pending one)
+--   run_call(buf, call_id, cwd)      the call with that id (rerun)
+--   deny(buf, row, reason)           a denied result for the call at row
+for _, method in ipairs({ "run_tool", "run_tools", "run_call", "deny" }) do
+  M[method] = function(buf, ...)
+    return act(buf, method, buf, ...)
+  end
 end
 
 --- Halt task `token`, or the task of the call at (buf, row).

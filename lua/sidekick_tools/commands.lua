@@ -1,11 +1,19 @@
--- Every user command, declared once: its name, arguments, description, what it
--- runs, and the chat-buffer key that runs it (`key`, an option of config.lua's
--- `keymaps`). plugin/sidekick_tools.lua creates them from this table at
--- start-up, so nothing here is required until a command runs.
+-- Every user command, declared once: its row in M.list (name, arguments, and
+-- `key`: the keymaps option of the chat-buffer key that runs it), its
+-- description (DESC) and what it runs (`run`), both under its name; each row
+-- gets them below. plugin/sidekick_tools.lua creates the commands from M.list
+-- at start-up; nothing else is required until a command runs.
 local M = {}
 
 local function api()
   return require("sidekick_tools")
+end
+
+--- A command's `run` that calls function `fn` of `module` with no arguments.
+local function calls(module, fn)
+  return function()
+    require(module)[fn]()
+  end
 end
 
 --- The task of the line under the cursor in the tasks window, or of the output view shown.
@@ -21,6 +29,42 @@ local function token_in_view()
   return token
 end
 
+-- What each command does, given its arguments (:h nvim_create_user_command()).
+local run = {}
+
+run.SidekickRunTool = calls("sidekick_tools", "run_tool")
+
+function run.SidekickRunTools(a)
+  api().run_tools(nil, { confirm = not a.bang })
+end
+
+function run.SidekickDeny(a)
+  local reason = vim.trim(a.args or "")
+  api().deny(nil, nil, reason ~= "" and reason or nil)
+end
+
+function run.SidekickHalt(a)
+  local res = api().halt(a.fargs[1] or token_in_view())
+  if res and res.message then
+    vim.notify(res.message, vim.log.levels.INFO)
+  end
+end
+
+function run.SidekickTasks(a)
+  require("sidekick_tools.consumers.tasks_window").open({ status = a.fargs[1], all = a.bang })
+end
+
+function run.SidekickOutput(a)
+  require("sidekick_tools.consumers.output_view").open_from_args(a.args)
+end
+
+run.SidekickInstall = calls("sidekick_tools.install", "run")
+run.SidekickMcp = calls("sidekick_tools.mcp", "print")
+
+local function statuses()
+  return vim.list_extend(vim.deepcopy(require("sidekick_tools.constants").task_statuses), { "all" })
+end
+
 ---@class sidekick_tools.Command
 ---@field name string
 ---@field desc string
@@ -30,89 +74,34 @@ end
 ---@field key string|nil the keymaps option of its chat-buffer key
 ---@field run fun(args: table)
 
+--- Every command, in the order :h sidekick_tools-commands documents them.
 ---@type sidekick_tools.Command[]
 M.list = {
-  {
-    name = "SidekickRunTool",
-    nargs = 0,
-    key = "run_tool",
-    desc = "Run the tool call under the cursor, then chain auto-acceptable calls",
-    run = function()
-      api().run_tool()
-    end,
-  },
-  {
-    name = "SidekickRunTools",
-    nargs = 0,
-    bang = true,
-    key = "run_tools",
-    desc = "Run every pending tool call of the last assistant message (!: without asking)",
-    run = function(a)
-      api().run_tools(nil, { confirm = not a.bang })
-    end,
-  },
-  {
-    name = "SidekickDeny",
-    nargs = "*",
-    key = "deny",
-    desc = "Deny the pending tool call under the cursor: [reason] is what the model reads",
-    run = function(a)
-      local reason = vim.trim(a.args or "")
-      api().deny(nil, nil, reason ~= "" and reason or nil)
-    end,
-  },
-  {
-    name = "SidekickHalt",
-    nargs = "?",
-    key = "halt",
-    desc = "Cancel the task under the cursor, or TOKEN",
-    run = function(a)
-      local res = api().halt(a.fargs[1] or token_in_view())
-      if res and res.message then
-        vim.notify(res.message, vim.log.levels.INFO)
-      end
-    end,
-  },
-  {
-    name = "SidekickTasks",
-    nargs = "?",
-    bang = true,
-    key = "tasks",
-    desc = "List this Neovim's tasks (!: every Neovim's and MCP client's): [running|completed|failed|all]",
-    complete = function()
-      local statuses = vim.deepcopy(require("sidekick_tools.constants").task_statuses)
-      return vim.list_extend(statuses, { "all" })
-    end,
-    run = function(a)
-      require("sidekick_tools.consumers.tasks_window").open({ status = a.fargs[1], all = a.bang })
-    end,
-  },
-  {
-    name = "SidekickOutput",
-    nargs = "*",
-    key = "output",
-    desc = "Live view of a task's output: [TOKEN] [/regex/]",
-    run = function(a)
-      require("sidekick_tools.consumers.output_view").open_from_args(a.args)
-    end,
-  },
-  {
-    name = "SidekickInstall",
-    nargs = 0,
-    desc = "Create the plugin's own Python venv with pynvim (and mcp on Python 3.10+)",
-    run = function()
-      require("sidekick_tools.install").run()
-    end,
-  },
-  {
-    name = "SidekickMcp",
-    nargs = 0,
-    desc = "Print the command that registers the MCP server",
-    run = function()
-      require("sidekick_tools.mcp").print()
-    end,
-  },
+  { name = "SidekickRunTool", nargs = 0, key = "run_tool" },
+  { name = "SidekickRunTools", nargs = 0, bang = true, key = "run_tools" },
+  { name = "SidekickDeny", nargs = "*", key = "deny" },
+  { name = "SidekickHalt", nargs = "?", key = "halt" },
+  { name = "SidekickTasks", nargs = "?", bang = true, key = "tasks", complete = statuses },
+  { name = "SidekickOutput", nargs = "*", key = "output" },
+  { name = "SidekickInstall", nargs = 0 },
+  { name = "SidekickMcp", nargs = 0 },
 }
+
+local DESC = {
+  SidekickRunTool = "Run the tool call under the cursor, then chain auto-acceptable calls",
+  SidekickRunTools = "Run every pending tool call of the last assistant message (!: without asking)",
+  SidekickDeny = "Deny the pending tool call under the cursor: [reason] is what the model reads",
+  SidekickHalt = "Cancel the task under the cursor, or TOKEN",
+  SidekickTasks = "List this Neovim's tasks (!: every Neovim's and MCP client's): "
+    .. "[running|completed|failed|all]",
+  SidekickOutput = "Live view of a task's output: [TOKEN] [/regex/]",
+  SidekickInstall = "Create the plugin's own Python venv with pynvim (and mcp on Python 3.10+)",
+  SidekickMcp = "Print the command that registers the MCP server",
+}
+
+for _, cmd in ipairs(M.list) do
+  cmd.desc, cmd.run = DESC[cmd.name], run[cmd.name]
+end
 
 --- Run a command; its error is said in one message.
 ---@param cmd sidekick_tools.Command

@@ -364,22 +364,8 @@ local function is_tasks_buffer()
 end
 
 local function open_window(buf)
-  if is_tasks_buffer() then
-    vim.cmd("rightbelow vsplit")
-  else
-    local height = math.max(8, math.min(20, math.floor(vim.o.lines / 3)))
-    vim.cmd("botright " .. height .. "split")
-  end
-  local win = vim.api.nvim_get_current_win()
-  vim.api.nvim_win_set_buf(win, buf)
-  local wo = vim.wo[win]
-  wo.wrap = false
-  wo.number = false
-  wo.relativenumber = false
-  wo.signcolumn = "auto"
-  wo.list = false
-  wo.spell = false
-  return win
+  local split = is_tasks_buffer() and "rightbelow vsplit" or nil
+  return require("sidekick_tools.consumers.window").open(buf, split, { signcolumn = "auto" })
 end
 
 --- Open (or focus) the live view of a task's output.
@@ -406,14 +392,10 @@ function M.open(opts)
   if not task then
     error("sidekick_tools: no task " .. opts.token .. " (unknown or expired)", 0)
   end
-  require("sidekick_tools.consumers.highlights").define()
-  local buf = vim.api.nvim_create_buf(false, true)
-  vim.bo[buf].buftype = "nofile"
-  vim.bo[buf].bufhidden = "wipe"
-  vim.bo[buf].swapfile = false
-  pcall(vim.api.nvim_buf_set_name, buf, "sidekick://output/" .. task.id)
-  vim.bo[buf].filetype = "sidekick_output"
-  vim.bo[buf].modifiable = false
+  local buf = require("sidekick_tools.consumers.window").scratch(
+    "sidekick://output/" .. task.id,
+    "sidekick_output"
+  )
   local initial = require("sidekick_tools.config").current.output.initial_bytes
   local v = {
     buf = buf,

@@ -280,28 +280,14 @@ function M.help_lines()
 end
 
 local function create_view()
-  require("sidekick_tools.consumers.highlights").define()
-  local buf = vim.api.nvim_create_buf(false, true)
-  vim.bo[buf].buftype = "nofile"
-  vim.bo[buf].bufhidden = "wipe"
-  vim.bo[buf].swapfile = false
-  pcall(vim.api.nvim_buf_set_name, buf, "sidekick://tasks")
-  vim.bo[buf].filetype = "sidekick_tasks"
-  vim.bo[buf].modifiable = false
-  local height = math.max(8, math.min(20, math.floor(vim.o.lines / 3)))
-  vim.cmd("botright " .. height .. "split")
-  local win = vim.api.nvim_get_current_win()
-  vim.api.nvim_win_set_buf(win, buf)
-  local wo = vim.wo[win]
-  wo.wrap = false
-  wo.cursorline = true
-  wo.number = false
-  wo.relativenumber = false
-  wo.signcolumn = "no"
-  wo.foldcolumn = "0"
-  wo.list = false
-  wo.spell = false
-  wo.winfixheight = true
+  local window = require("sidekick_tools.consumers.window")
+  local buf = window.scratch("sidekick://tasks", "sidekick_tasks")
+  local win = window.open(buf, nil, {
+    cursorline = true,
+    signcolumn = "no",
+    foldcolumn = "0",
+    winfixheight = true,
+  })
   ---@type sidekick_tools.TasksView
   local v = {
     buf = buf,

@@ -152,34 +152,25 @@ function M.lines(v, size, now)
   for i, c in ipairs(cells) do
     local status_hl = (constants.states[v.rows[i].status] or {}).hl
     local row = M.HEADER + i - 1
-    local segs = {
-      { c.glyph, status_hl },
-      { " " },
-      { c.id, "SidekickTasksToken" },
-      { "  " },
-      { pad(c.tool, cols.tool), "SidekickTasksTool" },
-    }
-    if cols.origin > 0 then
+    local segs = { { c.glyph, status_hl }, { " " }, { c.id, "SidekickTasksToken" } }
+    local function add(text, hl) -- the next column, two spaces after the last
       table.insert(segs, { "  " })
-      table.insert(segs, { pad(c.origin, cols.origin), "SidekickTasksOrigin" })
+      table.insert(segs, { text, hl })
     end
-    vim.list_extend(segs, {
-      { "  " },
-      { lpad(c.time, cols.time), "SidekickTasksTime" },
-    })
+    add(pad(c.tool, cols.tool), "SidekickTasksTool")
+    if cols.origin > 0 then
+      add(pad(c.origin, cols.origin), "SidekickTasksOrigin")
+    end
+    add(lpad(c.time, cols.time), "SidekickTasksTime")
     if cols.bar > 0 then
-      table.insert(segs, { "  " })
-      table.insert(segs, { pad(c.bar, cols.bar), "SidekickTasksProgress" })
+      add(pad(c.bar, cols.bar), "SidekickTasksProgress")
     end
     if cols.exit > 0 then
-      table.insert(segs, { "  " })
-      table.insert(segs, { pad(c.exit, cols.exit), status_hl })
+      add(pad(c.exit, cols.exit), status_hl)
     end
-    table.insert(segs, { "  " })
-    table.insert(segs, { c.what })
+    add(c.what)
     if c.purpose ~= "" then
-      table.insert(segs, { "  " })
-      table.insert(segs, { c.purpose, "SidekickTasksDim" })
+      add(c.purpose, "SidekickTasksDim")
     end
     local text, col = {}, 0
     for _, s in ipairs(segs) do
