@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sidekick_tools.config import AgentConfig, Config, TasksConfig
+from sidekick_tools.config import AgentConfig, Config
 from sidekick_tools.tasks import runner
 from sidekick_tools.tasks.manager import TaskManager, TaskSpec
 from sidekick_tools.tasks.store import MemoryStore
@@ -29,11 +29,12 @@ def make_config(
     await_timeout: float = 5.0,
     hybrid_threshold: float = 5.0,
 ) -> Config:
-    return Config(
-        state_dir="",
-        tasks=TasksConfig(await_timeout=await_timeout, hybrid_threshold=hybrid_threshold),
-        agents=dict(agents or {}),
+    config = Config.from_dict(
+        {"tasks": {"await_timeout": await_timeout, "hybrid_threshold": hybrid_threshold}}
     )
+    config.state_dir = ""
+    config.agents = dict(agents or {})
+    return config
 
 
 def make_manager(state_dir: str, owner: str = ME, **kw: Any) -> TaskManager:
