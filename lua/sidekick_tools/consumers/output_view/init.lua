@@ -261,7 +261,7 @@ end
 --- The exit file appeared but no event said so (a task of another Neovim, or a
 --- host that restarted): ask once how it ended.
 local function check_exit(v)
-  if v.ended or not v.task.log_dir then
+  if not valid(v) or v.ended or not v.task.log_dir then
     return
   end
   local uv = vim.uv or vim.loop
