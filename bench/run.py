@@ -653,7 +653,9 @@ class Bench:
                 _seed(ed, count)
                 ed.setup()
                 ed.start_host()
-                has_ui = bool(ed.lua("return (pcall(require, 'sidekick_tools.render.tasks'))"))
+                has_ui = bool(
+                    ed.lua("return (pcall(require, 'sidekick_tools.consumers.tasks_window'))")
+                )
                 times = []
                 for _ in range(self.a.list_runs):
                     if has_ui:

@@ -1,5 +1,6 @@
--- Commands and autocommands only. Every module loads on first use, so start-up
--- costs a handful of definitions and the Python host starts when first needed.
+-- Commands and autocommands only. Every command is declared in
+-- lua/sidekick_tools/commands.lua (a table, nothing else loaded); the modules
+-- behind them load on first use, and the Python host starts when first needed.
 if vim.g.loaded_sidekick_tools then
   return
 end
@@ -10,42 +11,7 @@ if vim.fn.has("nvim-0.10") == 0 then
   return
 end
 
-local names = {
-  SidekickRunTool = {
-    nargs = 0,
-    desc = "Run the tool call under the cursor, then chain auto-acceptable calls",
-  },
-  SidekickRunTools = {
-    nargs = 0,
-    bang = true,
-    desc = "Run every pending tool call of the last assistant message (!: without asking)",
-  },
-  SidekickDeny = {
-    nargs = "*",
-    desc = "Deny the pending tool call under the cursor: [reason] is what the model reads",
-  },
-  SidekickHalt = { nargs = "?", desc = "Cancel the task under the cursor, or TOKEN" },
-  SidekickTasks = {
-    nargs = "?",
-    bang = true,
-    desc = "List this Neovim's tasks (!: every Neovim's and MCP client's): [running|completed|failed|all]",
-    complete = function()
-      return { "running", "queued", "completed", "failed", "cancelled", "all" }
-    end,
-  },
-  SidekickOutput = { nargs = "*", desc = "Live view of a task's output: [TOKEN] [/regex/]" },
-  SidekickInstall = {
-    nargs = 0,
-    desc = "Create the plugin's own Python venv with pynvim (and mcp on Python 3.10+)",
-  },
-  SidekickMcp = { nargs = 0, desc = "Print the command that registers the MCP server" },
-}
-
-for name, opts in pairs(names) do
-  vim.api.nvim_create_user_command(name, function(a)
-    require("sidekick_tools.commands").dispatch(name, a)
-  end, opts)
-end
+require("sidekick_tools.commands").create()
 
 local group = vim.api.nvim_create_augroup("sidekick_tools", { clear = true })
 
@@ -59,11 +25,13 @@ vim.api.nvim_create_autocmd({ "BufReadPre", "BufNewFile" }, {
   end,
 })
 
+-- A chat opened: its keys, and a running host shows its calls' states (nothing runs).
 vim.api.nvim_create_autocmd({ "BufReadPost", "BufNewFile" }, {
   group = group,
   pattern = "*.sidekick.md",
   callback = function(ev)
-    require("sidekick_tools.commands").chat_opened(ev.buf)
+    require("sidekick_tools.keymaps").apply_chat(ev.buf)
+    require("sidekick_tools.client").chat_opened(ev.buf)
   end,
 })
 
@@ -71,7 +39,7 @@ vim.api.nvim_create_autocmd("VimLeavePre", {
   group = group,
   callback = function()
     if package.loaded["sidekick_tools.host"] then
-      require("sidekick_tools.host").shutdown()
+      require("sidekick_tools.client").shutdown()
     end
   end,
 })

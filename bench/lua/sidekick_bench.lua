@@ -143,15 +143,15 @@ function M.track_plugin(expected)
   M.state.written = 0
   M.settled = {}
   if not M._unsub then
-    local bridge = require("sidekick_tools.bridge")
-    M._unsub = bridge.on("task", function(ev)
+    local client = require("sidekick_tools.client")
+    M._unsub = client.on("task", function(ev)
       if ev.finished then
         finished_one()
       elseif ev.kind == "started" then
         M.state.running = (M.state.running or 0) + 1
       end
     end)
-    bridge.on("call", function(ev)
+    client.on("call", function(ev)
       local st = M.state
       if UNSETTLED[ev.state] or M.settled[ev.mark] or not st.written then
         return
@@ -270,11 +270,11 @@ function M.instrument()
   end
   M._instrumented = true
   M.spans = {}
-  local bridge = require("sidekick_tools.bridge")
-  local on_events = bridge.on_events
-  bridge.on_events = function(events)
+  local client = require("sidekick_tools.client")
+  local receive = client.receive
+  client.receive = function(events)
     local t0 = uv.hrtime()
-    on_events(events)
+    receive(events)
     local kinds = {}
     for _, ev in ipairs(events) do
       kinds[ev.type] = (kinds[ev.type] or 0) + 1
@@ -285,6 +285,7 @@ function M.instrument()
     end
     table.insert(M.spans, { t0, uv.hrtime() - t0, "events " .. table.concat(desc, ",") })
   end
+  local bridge = require("sidekick_tools.bridge")
   local apply = bridge.apply
   bridge.apply = function(...)
     local t0 = uv.hrtime()

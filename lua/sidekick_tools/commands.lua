@@ -1,131 +1,124 @@
--- User commands and chat-buffer keymaps. Loaded on first use by plugin/.
+-- Every user command, declared once: its row in M.list (name, arguments, and
+-- `key`: the keymaps option of the chat-buffer key that runs it), its
+-- description (DESC) and what it runs (`run`), both under its name; each row
+-- gets them below. plugin/sidekick_tools.lua creates the commands from M.list
+-- at start-up; nothing else is required until a command runs.
 local M = {}
 
 local function api()
   return require("sidekick_tools")
 end
 
--- What each command does; plugin/sidekick_tools.lua declares them (nargs, desc).
-M.commands = {
-  SidekickRunTool = function()
-    api().run_tool()
-  end,
-  SidekickRunTools = function(a)
-    api().run_tools(nil, { confirm = not a.bang })
-  end,
-  SidekickDeny = function(a)
-    local reason = vim.trim(a.args or "")
-    api().deny(nil, nil, reason ~= "" and reason or nil)
-  end,
-  SidekickHalt = function(a)
-    local token = a.fargs[1]
-    if not token and package.loaded["sidekick_tools.render.tasks"] then
-      token = require("sidekick_tools.render.tasks").token_at_cursor()
-    end
-    if not token and package.loaded["sidekick_tools.render.output"] then
-      local view = require("sidekick_tools.render.output").view()
-      token = view and view.token
-    end
-    local res = api().halt(token)
-    if res and res.message then
-      vim.notify(res.message, vim.log.levels.INFO)
-    end
-  end,
-  SidekickTasks = function(a)
-    require("sidekick_tools.render.tasks").open({ status = a.fargs[1], all = a.bang })
-  end,
-  SidekickOutput = function(a)
-    require("sidekick_tools.render.output").open_from_args(a.fargs, a.args)
-  end,
-  SidekickInstall = function()
-    require("sidekick_tools.install").run()
-  end,
-  SidekickMcp = function()
-    require("sidekick_tools.mcp").print()
-  end,
+--- A command's `run` that calls function `fn` of `module` with no arguments.
+local function calls(module, fn)
+  return function()
+    require(module)[fn]()
+  end
+end
+
+--- The task of the line under the cursor in the tasks window, or of the output view shown.
+local function token_in_view()
+  local token
+  if package.loaded["sidekick_tools.consumers.tasks_window"] then
+    token = require("sidekick_tools.consumers.tasks_window").token_at_cursor()
+  end
+  if not token and package.loaded["sidekick_tools.consumers.output_view"] then
+    local view = require("sidekick_tools.consumers.output_view").view()
+    token = view and view.token
+  end
+  return token
+end
+
+-- What each command does, given its arguments (:h nvim_create_user_command()).
+local run = {}
+
+run.SidekickRunTool = calls("sidekick_tools", "run_tool")
+
+function run.SidekickRunTools(a)
+  api().run_tools(nil, { confirm = not a.bang })
+end
+
+function run.SidekickDeny(a)
+  local reason = vim.trim(a.args or "")
+  api().deny(nil, nil, reason ~= "" and reason or nil)
+end
+
+function run.SidekickHalt(a)
+  local res = api().halt(a.fargs[1] or token_in_view())
+  if res and res.message then
+    vim.notify(res.message, vim.log.levels.INFO)
+  end
+end
+
+function run.SidekickTasks(a)
+  require("sidekick_tools.consumers.tasks_window").open({ status = a.fargs[1], all = a.bang })
+end
+
+function run.SidekickOutput(a)
+  require("sidekick_tools.consumers.output_view").open_from_args(a.args)
+end
+
+run.SidekickInstall = calls("sidekick_tools.install", "run")
+run.SidekickMcp = calls("sidekick_tools.mcp", "print")
+
+local function statuses()
+  return vim.list_extend(vim.deepcopy(require("sidekick_tools.constants").task_statuses), { "all" })
+end
+
+---@class sidekick_tools.Command
+---@field name string
+---@field desc string
+---@field nargs integer|string
+---@field bang boolean|nil
+---@field complete function|nil
+---@field key string|nil the keymaps option of its chat-buffer key
+---@field run fun(args: table)
+
+--- Every command, in the order :h sidekick_tools-commands documents them.
+---@type sidekick_tools.Command[]
+M.list = {
+  { name = "SidekickRunTool", nargs = 0, key = "run_tool" },
+  { name = "SidekickRunTools", nargs = 0, bang = true, key = "run_tools" },
+  { name = "SidekickDeny", nargs = "*", key = "deny" },
+  { name = "SidekickHalt", nargs = "?", key = "halt" },
+  { name = "SidekickTasks", nargs = "?", bang = true, key = "tasks", complete = statuses },
+  { name = "SidekickOutput", nargs = "*", key = "output" },
+  { name = "SidekickInstall", nargs = 0 },
+  { name = "SidekickMcp", nargs = 0 },
 }
 
---- Called by plugin/sidekick_tools.lua for every command.
-function M.dispatch(name, a)
-  local ok, e = pcall(M.commands[name], a)
+local DESC = {
+  SidekickRunTool = "Run the tool call under the cursor, then chain auto-acceptable calls",
+  SidekickRunTools = "Run every pending tool call of the last assistant message (!: without asking)",
+  SidekickDeny = "Deny the pending tool call under the cursor: [reason] is what the model reads",
+  SidekickHalt = "Cancel the task under the cursor, or TOKEN",
+  SidekickTasks = "List this Neovim's tasks (!: every Neovim's and MCP client's): "
+    .. "[running|completed|failed|all]",
+  SidekickOutput = "Live view of a task's output: [TOKEN] [/regex/]",
+  SidekickInstall = "Create the plugin's own Python venv with pynvim (and mcp on Python 3.10+)",
+  SidekickMcp = "Print the command that registers the MCP server",
+}
+
+for _, cmd in ipairs(M.list) do
+  cmd.desc, cmd.run = DESC[cmd.name], run[cmd.name]
+end
+
+--- Run a command; its error is said in one message.
+---@param cmd sidekick_tools.Command
+function M.dispatch(cmd, a)
+  local ok, e = pcall(cmd.run, a)
   if not ok then
     vim.notify(tostring(e), vim.log.levels.ERROR)
   end
 end
 
-local keymap_actions = {
-  run_tool = { "<Cmd>SidekickRunTool<CR>", "Run tool call under cursor" },
-  run_tools = { "<Cmd>SidekickRunTools<CR>", "Run all pending tool calls" },
-  deny = { "<Cmd>SidekickDeny<CR>", "Deny the pending call under cursor" },
-  halt = { "<Cmd>SidekickHalt<CR>", "Halt task under cursor" },
-  tasks = { "<Cmd>SidekickTasks<CR>", "List tasks" },
-  output = { "<Cmd>SidekickOutput<CR>", "Output of task under cursor" },
-}
-
---- Buffer-local keymaps for a chat buffer, from config.keymaps (false disables one).
-function M.apply_keymaps(buf)
-  local maps = require("sidekick_tools.config").current.keymaps or {}
-  for name, action in pairs(keymap_actions) do
-    local lhs = maps[name]
-    if type(lhs) == "string" and lhs ~= "" then
-      vim.keymap.set(
-        "n",
-        lhs,
-        action[1],
-        { buffer = buf, desc = "sidekick: " .. action[2], silent = true }
-      )
-    end
+--- Create every command (plugin/sidekick_tools.lua).
+function M.create()
+  for _, cmd in ipairs(M.list) do
+    vim.api.nvim_create_user_command(cmd.name, function(a)
+      M.dispatch(cmd, a)
+    end, { nargs = cmd.nargs, bang = cmd.bang, complete = cmd.complete, desc = cmd.desc })
   end
-end
-
-function M.apply_keymaps_to_open_chats()
-  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
-    if
-      vim.api.nvim_buf_is_loaded(buf) and vim.api.nvim_buf_get_name(buf):match("%.sidekick%.md$")
-    then
-      M.apply_keymaps(buf)
-    end
-  end
-end
-
--- A result block a background task still holds: "```result id=X status=running
--- ... task=T", in the order the plugin writes. Searched in C with one anchored
--- pattern (a "\&" branch would make Vim try every column of every line).
-local RUNNING_BLOCK = [[\m\C^`\{3,}result\s.*\<status=running\>.*\stask=\x]]
-
---- Does the chat's text name a running task?
-function M.names_running_task(buf)
-  return vim.api.nvim_buf_call(buf, function()
-    return vim.fn.search(RUNNING_BLOCK, "ncw") > 0
-  end)
-end
-
---- A chat buffer was opened: keymaps, and let a running host show each call's
---- state and follow running blocks. The host is started for that only when
---- the chat names a running task; any other chat waits for the first command.
---- Nothing is ever run here.
-function M.chat_opened(buf)
-  M.apply_keymaps(buf)
-  if package.loaded["sidekick_tools.render.tasks"] then
-    require("sidekick_tools.render.tasks").chats_changed()
-  end
-  local host = require("sidekick_tools.host")
-  if host.running() then
-    host.notify("chat_opened", buf)
-    return
-  end
-  if not M.names_running_task(buf) then
-    return
-  end
-  vim.schedule(function()
-    if not vim.api.nvim_buf_is_valid(buf) or host.running() then
-      return
-    end
-    local chan, err = host.ensure() -- host_started() then scans every loaded chat
-    if not chan then
-      vim.notify(err, vim.log.levels.ERROR)
-    end
-  end)
 end
 
 return M

@@ -1,23 +1,83 @@
--- Every option declared once: default, type and description. Validation and the
--- option list in :h sidekick_tools-config both come from this table.
+-- Every option declared once: path, default, accepted types, description, and
+-- optionally the values it may take (`one_of`) or a `check` of its value.
+-- Validation, the option list in :h sidekick_tools-config and the Python host's
+-- defaults (rplugin/python3/sidekick_tools/defaults.json) all come from this
+-- table; `nvim -l scripts/gen_options.lua` writes the last two.
 local M = {}
 
 ---@class sidekick_tools.Option
 ---@field [1] string dotted path
----@field [2] any default
+---@field [2] any default (vim.NIL: nil)
 ---@field [3] string|string[] accepted type(s)
 ---@field [4] string description
+---@field one_of string[]|nil the values accepted
+---@field check (fun(value: any): string|nil)|nil what is wrong with a value, nil when fine
+
+local function agents_check(agents)
+  for name, agent in pairs(agents) do
+    if type(agent) ~= "table" or type(agent.cmd) ~= "table" or #agent.cmd == 0 then
+      return string.format("agents.%s.cmd must be a non-empty list", name)
+    end
+  end
+end
+
+local function strings_check(list)
+  for _, entry in ipairs(list) do
+    if type(entry) ~= "string" then
+      return 'auto_accept.safe_commands holds strings such as "git status"'
+    end
+  end
+end
+
+local function forms_check(forms)
+  for name, form in pairs(forms) do
+    if type(name) ~= "string" or (form ~= false and type(form) ~= "table") then
+      return string.format(
+        "auto_accept.command_forms[%s] must be a form table or false",
+        vim.inspect(name)
+      )
+    end
+  end
+end
+
+local function providers_check(providers)
+  for name, p in pairs(providers) do
+    local key = type(p) == "table" and type(p.api_key) or nil
+    if type(p) ~= "table" or (key ~= "nil" and key ~= "string" and key ~= "function") then
+      return string.format(
+        "chat.providers.%s must be a table { kind, base_url, api_key } (api_key: a string or a function)",
+        tostring(name)
+      )
+    end
+  end
+end
+
+local KEY = { "string", "boolean" } -- a key, or false for none
+local KEYS = { "string", "table", "boolean" } -- a key, a list of keys, or false
 
 ---@type sidekick_tools.Option[]
 M.options = {
-  { "python", vim.NIL, { "string", "nil" }, "Python interpreter with pynvim; nil: find one" },
+  {
+    "python",
+    vim.NIL,
+    { "string", "nil" },
+    "Python interpreter with pynvim; nil: the venv of :SidekickInstall, then "
+      .. "g:python3_host_prog, then python3 on PATH",
+  },
   {
     "state_dir",
     vim.NIL,
     { "string", "nil" },
     'Task store and logs; nil: stdpath("state")/sidekick_tools',
   },
-  { "tasks.store", "sqlite", "string", '"sqlite" (history survives restarts) or "memory"' },
+  {
+    "tasks.store",
+    "sqlite",
+    "string",
+    '"sqlite" (history survives restarts) or "memory"; a database that cannot be opened '
+      .. "is said, and the memory store used",
+    one_of = { "sqlite", "memory" },
+  },
   { "tasks.max_concurrent", 5, "number", "Tasks running at once; more wait queued" },
   {
     "tasks.hybrid_threshold",
@@ -80,12 +140,15 @@ M.options = {
     "table",
     "Commands run_terminal_command may run without asking: names of safe forms "
       .. "(:h sidekick_tools-safe-commands), or exact commands",
+    check = strings_check,
   },
   {
     "auto_accept.command_forms",
     {},
     "table",
-    "Safe forms you declare: name -> { flags, values, path_values, operands, ... }, or false",
+    "Safe forms you declare: name -> { flags, values, path_values, operands, ... }, or false "
+      .. "(:h sidekick_tools-command-forms)",
+    check = forms_check,
   },
   {
     "auto_accept.timeout",
@@ -99,12 +162,13 @@ M.options = {
     { "function", "nil" },
     'function(tool, params, ctx) -> "approve" | "deny" | nil; consulted first',
   },
-  { "agents", {}, "table", 'name -> { cmd = { ..., "{message}" }, env = {}, cwd = nil }' },
   {
-    "chat",
+    "agents",
     {},
     "table",
-    "The chat loop (DESIGN §10): model, providers, system, max_tokens, auto_send, max_turns, send_on_notice, dir",
+    'Agent CLIs by name: { cmd = { ..., "{message}" }, env = {}, cwd = nil, '
+      .. "auto_accept = false }",
+    check = agents_check,
   },
   { "result.max_lines", 200, "number", "Output lines kept in a result block (tail)" },
   {
@@ -112,6 +176,79 @@ M.options = {
     10,
     "number",
     "Output lines a completion notice carries (tail; the notice names the full log)",
+  },
+  {
+    "chat.model",
+    "anthropic/claude-sonnet-4-5",
+    "string",
+    "Model of new chats, as provider/model (a chat's front matter may name another)",
+  },
+  {
+    "chat.providers",
+    {
+      anthropic = { kind = "anthropic", api_key = "env:ANTHROPIC_API_KEY" },
+      openai = { kind = "openai", api_key = "env:OPENAI_API_KEY" },
+    },
+    "table",
+    'Providers by name: { kind = "anthropic" | "openai", base_url = nil, api_key = "env:NAME" | '
+      .. '"cmd:..." | function }; setting it replaces these',
+    check = providers_check,
+  },
+  {
+    "chat.system",
+    vim.NIL,
+    { "string", "nil" },
+    "Default system prompt (the tools' schemas are sent as native tools)",
+  },
+  { "chat.max_tokens", 8192, "number", "Longest reply, in tokens" },
+  {
+    "chat.temperature",
+    vim.NIL,
+    { "number", "nil" },
+    "Sampling temperature; nil: the provider's default",
+  },
+  {
+    "chat.thinking",
+    vim.NIL,
+    { "number", "string", "boolean", "nil" },
+    'Thinking: a token budget, "adaptive", or nil/false (off)',
+  },
+  {
+    "chat.max_attempts",
+    4,
+    "number",
+    "Tries per request when the provider is rate limited or overloaded",
+  },
+  { "chat.timeouts.connect", 10, "number", "Seconds to connect to the provider" },
+  {
+    "chat.timeouts.read",
+    120,
+    "number",
+    "Longest silence inside a streamed reply, seconds (providers send pings)",
+  },
+  {
+    "chat.auto_send",
+    true,
+    "boolean",
+    "Send the results back when every call of the reply has one",
+  },
+  {
+    "chat.max_turns",
+    25,
+    "number",
+    "Model replies per user message, then the loop stops for the user",
+  },
+  {
+    "chat.send_on_notice",
+    true,
+    "boolean",
+    "A completion notice in an idle chat is sent to the model",
+  },
+  {
+    "chat.dir",
+    vim.NIL,
+    { "string", "nil" },
+    'Where :SidekickChat puts new chats; nil: stdpath("data")/sidekick_tools/chats',
   },
   {
     "mcp.share_editor_tasks",
@@ -131,7 +268,13 @@ M.options = {
     "boolean",
     "The MCP server halts the tasks it runs when it exits (false: the next one reattaches them)",
   },
-  { "notify", "background", "string", '"always", "never" or "background" (chat not visible)' },
+  {
+    "notify",
+    "background",
+    "string",
+    'When a finished task is notified: "always", "never" or "background" (its chat not in view)',
+    one_of = { "always", "never", "background" },
+  },
   {
     "ui.virtual_text",
     true,
@@ -144,104 +287,77 @@ M.options = {
     { "boolean", "table" },
     "Call states in the sign column (a table: the signs handler's options)",
   },
-  {
-    "keymaps.run_tool",
-    "<leader>sr",
-    { "string", "boolean" },
-    "Run the call under the cursor (false: none)",
-  },
-  { "keymaps.run_tools", "<leader>sR", { "string", "boolean" }, "Run every pending call" },
-  {
-    "keymaps.deny",
-    "<leader>sd",
-    { "string", "boolean" },
-    "Deny the pending call under the cursor (:SidekickDeny)",
-  },
-  { "keymaps.halt", "<leader>sh", { "string", "boolean" }, "Halt the task under the cursor" },
-  { "keymaps.tasks", "<leader>st", { "string", "boolean" }, "Open the task list" },
-  {
-    "keymaps.output",
-    "<leader>so",
-    { "string", "boolean" },
-    "Open the output of the task under the cursor",
-  },
-  -- :SidekickTasks window (a key, a list of keys, or false for none)
+  -- chat buffers: each the key of a command (commands.lua names it), or false
+  { "keymaps.run_tool", "<leader>sr", KEY, "Chat buffers: key of :SidekickRunTool" },
+  { "keymaps.run_tools", "<leader>sR", KEY, "Chat buffers: key of :SidekickRunTools" },
+  { "keymaps.deny", "<leader>sd", KEY, "Chat buffers: key of :SidekickDeny" },
+  { "keymaps.halt", "<leader>sh", KEY, "Chat buffers: key of :SidekickHalt" },
+  { "keymaps.tasks", "<leader>st", KEY, "Chat buffers: key of :SidekickTasks" },
+  { "keymaps.output", "<leader>so", KEY, "Chat buffers: key of :SidekickOutput" },
+  { "keymaps.send", "<leader>ss", KEY, "Chat buffers: key of :SidekickSend" },
+  { "keymaps.stop", "<leader>sx", KEY, "Chat buffers: key of :SidekickStop" },
+  -- :SidekickTasks window, in the order its help lists them
   {
     "keymaps.tasks_window.output",
     { "<CR>", "o" },
-    { "string", "table", "boolean" },
-    "Tasks window: open the output of the task on the line",
+    KEYS,
+    "Tasks window: open the task's output (:SidekickOutput)",
   },
-  { "keymaps.tasks_window.halt", "x", { "string", "table", "boolean" }, "Tasks window: halt" },
-  {
-    "keymaps.tasks_window.jump",
-    { "gd", "<C-]>" },
-    { "string", "table", "boolean" },
-    "Tasks window: jump to the tool call in its chat",
-  },
-  {
-    "keymaps.tasks_window.filter",
-    "f",
-    { "string", "table", "boolean" },
-    "Tasks window: cycle the status filter (all, running, completed, failed, cancelled)",
-  },
-  {
-    "keymaps.tasks_window.scope",
-    "a",
-    { "string", "table", "boolean" },
-    "Tasks window: toggle this Neovim's tasks / every Neovim's tasks",
-  },
+  { "keymaps.tasks_window.halt", "x", KEYS, "Tasks window: halt the task (:SidekickHalt)" },
   {
     "keymaps.tasks_window.rerun",
     "r",
-    { "string", "table", "boolean" },
+    KEYS,
     "Tasks window: run the task's tool call again (its result block is replaced)",
+  },
+  {
+    "keymaps.tasks_window.jump",
+    { "gd", "<C-]>" },
+    KEYS,
+    "Tasks window: jump to the tool call in its chat",
   },
   {
     "keymaps.tasks_window.quickfix",
     "Q",
-    { "string", "table", "boolean" },
+    KEYS,
     "Tasks window: the task's output to the quickfix list ('errorformat')",
   },
   {
-    "keymaps.tasks_window.refresh",
-    "R",
-    { "string", "table", "boolean" },
-    "Tasks window: reload",
+    "keymaps.tasks_window.filter",
+    "f",
+    KEYS,
+    "Tasks window: cycle the status filter (any, running, queued, completed, failed, cancelled)",
+  },
+  {
+    "keymaps.tasks_window.scope",
+    "a",
+    KEYS,
+    "Tasks window: this Neovim's tasks / every Neovim's tasks",
   },
   {
     "keymaps.tasks_window.next_page",
     { "]]", "<C-n>" },
-    { "string", "table", "boolean" },
+    KEYS,
     "Tasks window: next (older) page",
   },
   {
     "keymaps.tasks_window.prev_page",
     { "[[", "<C-p>" },
-    { "string", "table", "boolean" },
+    KEYS,
     "Tasks window: previous (newer) page",
   },
-  { "keymaps.tasks_window.close", "q", { "string", "table", "boolean" }, "Tasks window: close" },
-  {
-    "keymaps.tasks_window.help",
-    "?",
-    { "string", "table", "boolean" },
-    "Tasks window: show these keys",
-  },
+  { "keymaps.tasks_window.refresh", "R", KEYS, "Tasks window: reload the page" },
+  { "keymaps.tasks_window.close", "q", KEYS, "Tasks window: close" },
+  { "keymaps.tasks_window.help", "?", KEYS, "Tasks window: show these keys" },
   -- :SidekickOutput view
   {
     "keymaps.output_window.filter",
     "f",
-    { "string", "table", "boolean" },
+    KEYS,
     "Output view: set the regex filter (empty: show everything)",
   },
-  {
-    "keymaps.output_window.halt",
-    "x",
-    { "string", "table", "boolean" },
-    "Output view: halt the task",
-  },
-  { "keymaps.output_window.close", "q", { "string", "table", "boolean" }, "Output view: close" },
+  { "keymaps.output_window.halt", "x", KEYS, "Output view: halt the task" },
+  { "keymaps.output_window.close", "q", KEYS, "Output view: close" },
   {
     "tasks_window.page_size",
     0,
@@ -277,7 +393,9 @@ local function set_path(tbl, path, value)
   node[keys[#keys]] = value
 end
 
-local function defaults()
+--- Every option's default, as the nested table setup() takes.
+---@return table
+function M.defaults()
   local out = {}
   for _, opt in ipairs(M.options) do
     local value = opt[2]
@@ -290,7 +408,68 @@ local function defaults()
 end
 
 ---@type table the merged configuration in force
-M.current = defaults()
+M.current = M.defaults()
+
+local by_path = nil ---@type table<string, sidekick_tools.Option>|nil
+
+--- The declaration of option `path`, or nil.
+---@return sidekick_tools.Option|nil
+function M.declared(path)
+  if not by_path then
+    by_path = {}
+    for _, opt in ipairs(M.options) do
+      by_path[opt[1]] = opt
+    end
+  end
+  return by_path[path]
+end
+
+---@return string|nil
+function M.description(path)
+  local opt = M.declared(path)
+  return opt and opt[4]
+end
+
+--- Names of the options right under `prefix` ("keymaps.tasks_window" ->
+--- { "output", "halt", ... }), in the order they are declared.
+---@return string[]
+function M.children(prefix)
+  local out = {}
+  local lead = prefix .. "."
+  for _, opt in ipairs(M.options) do
+    local rest = opt[1]:sub(1, #lead) == lead and opt[1]:sub(#lead + 1)
+    if rest and not rest:find(".", 1, true) then
+      table.insert(out, rest)
+    end
+  end
+  return out
+end
+
+--- What is wrong with `value` for option `opt`, or nil.
+local function problem(opt, value)
+  local path, types = opt[1], opt[3]
+  local accepted = type(types) == "table" and types or { types }
+  if not vim.tbl_contains(accepted, type(value)) then
+    return string.format(
+      "option %s must be %s, got %s",
+      path,
+      table.concat(accepted, " or "),
+      type(value)
+    )
+  end
+  if opt.one_of and not vim.tbl_contains(opt.one_of, value) then
+    local quoted = vim.tbl_map(function(v)
+      return '"' .. v .. '"'
+    end, opt.one_of)
+    return string.format(
+      "%s must be %s or %s",
+      path,
+      table.concat(quoted, ", ", 1, #quoted - 1),
+      quoted[#quoted]
+    )
+  end
+  return opt.check and opt.check(value)
+end
 
 --- Merge user options over the defaults, validating each declared option.
 ---@param user table|nil
@@ -298,50 +477,16 @@ M.current = defaults()
 function M.resolve(user)
   user = user or {}
   vim.validate({ opts = { user, "table" } })
-  local merged = defaults()
+  local merged = M.defaults()
   for _, opt in ipairs(M.options) do
-    local path, types = opt[1], opt[3]
-    local value = get_path(user, path)
+    local value = get_path(user, opt[1])
     if value ~= nil then
-      local accepted = type(types) == "table" and types or { types }
-      local ok = vim.tbl_contains(accepted, type(value))
-      if not ok then
-        error(
-          string.format(
-            "sidekick_tools: option %s must be %s, got %s",
-            path,
-            table.concat(accepted, " or "),
-            type(value)
-          ),
-          0
-        )
+      local err = problem(opt, value)
+      if err then
+        error("sidekick_tools: " .. err, 0)
       end
-      set_path(merged, path, value)
+      set_path(merged, opt[1], value)
     end
-  end
-  for name, agent in pairs(merged.agents or {}) do
-    if type(agent) ~= "table" or type(agent.cmd) ~= "table" or #agent.cmd == 0 then
-      error(string.format("sidekick_tools: agents.%s.cmd must be a non-empty list", name), 0)
-    end
-  end
-  for _, entry in ipairs(merged.auto_accept.safe_commands) do
-    if type(entry) ~= "string" then
-      error('sidekick_tools: auto_accept.safe_commands holds strings such as "git status"', 0)
-    end
-  end
-  for name, form in pairs(merged.auto_accept.command_forms) do
-    if type(name) ~= "string" or (form ~= false and type(form) ~= "table") then
-      error(
-        string.format(
-          "sidekick_tools: auto_accept.command_forms[%s] must be a form table or false",
-          vim.inspect(name)
-        ),
-        0
-      )
-    end
-  end
-  if merged.tasks.store ~= "sqlite" and merged.tasks.store ~= "memory" then
-    error('sidekick_tools: tasks.store must be "sqlite" or "memory"', 0)
   end
   return merged
 end
@@ -408,8 +553,21 @@ function M.write_mcp_settings()
   return path
 end
 
---- The serialisable part sent to the host (functions stay in Lua: a provider's
---- api_key function becomes "lua:", and the host asks Lua for the key when it sends).
+-- Functions (a policy, an API key from a function) stay in Lua: the host is
+-- sent a copy without them.
+local function drop_functions(tbl)
+  for k, v in pairs(tbl) do
+    if type(v) == "function" then
+      tbl[k] = nil
+    elseif type(v) == "table" then
+      drop_functions(v)
+    end
+  end
+  return tbl
+end
+
+--- The serialisable part sent to the host: every option but the editor's own
+--- (python, keymaps, ui), `state_dir` resolved, and `auto_accept.has_policy`.
 function M.for_host()
   local c = vim.deepcopy(M.current)
   for _, provider in pairs((c.chat or {}).providers or {}) do
@@ -420,10 +578,9 @@ function M.for_host()
   c.python = nil
   c.state_dir = M.state_dir()
   c.auto_accept.has_policy = type(c.auto_accept.policy) == "function"
-  c.auto_accept.policy = nil
   c.keymaps = nil
   c.ui = nil -- may hold functions (a virtual_text format); the host has no use for it
-  return c
+  return drop_functions(c)
 end
 
 return M

@@ -49,7 +49,7 @@ function M.check()
     })
   end
   if host.running() then
-    local ok, info = pcall(host.request, "init", config.for_host(), { nvim_pid = vim.fn.getpid() })
+    local ok, info = pcall(require("sidekick_tools.client").info)
     if ok then
       h.ok(string.format("host running (pid %s, sidekick_tools %s)", info.pid, info.version))
     else

@@ -1,5 +1,7 @@
--- Starts the Python host on first use, reports its death once, restarts it on
--- the next command. The host recovers tasks from the store on its own.
+-- The transport to the Python host: starts it on first use, sends requests and
+-- notifications, reports its death once, restarts it on the next request. The
+-- host recovers tasks from the store on its own. What the plugin asks of the
+-- host and keeps from its answers is the client's (client.lua).
 local config = require("sidekick_tools.config")
 
 local M = {}
@@ -139,7 +141,7 @@ local function on_exit(generation, code)
   state.failure = msg
   vim.schedule(function()
     report(generation, msg)
-    require("sidekick_tools.bridge").host_lost()
+    require("sidekick_tools.client").host_lost()
   end)
 end
 
@@ -213,7 +215,7 @@ function M.ensure()
   -- Requests sent after it are answered once init is done (the host orders them).
   local info = { nvim_pid = vim.fn.getpid(), version = vim.version() }
   vim.rpcnotify(job, "init", config.for_host(), info)
-  require("sidekick_tools.bridge").host_started()
+  require("sidekick_tools.client").host_started()
   return job
 end
 
@@ -288,49 +290,9 @@ function M.clean_error(err)
   return msg
 end
 
-local function count(status)
-  local ok, n = pcall(vim.rpcrequest, state.chan, "count_tasks", { status = status })
-  return ok and tonumber(n) or 0
-end
-
-local function tasks_word(n, kind)
-  return string.format("%d %s task%s", n, kind, n == 1 and "" or "s")
-end
-
---- Before Neovim exits: say what happens to this instance's tasks, and show it
---- at once (Neovim is about to stop drawing).
-local function say_exit()
-  local running, queued = count("running"), count("queued")
-  if running + queued == 0 then
-    return
-  end
-  local parts = {}
-  if running > 0 then
-    if config.current.tasks.kill_on_exit then
-      table.insert(parts, "halting " .. tasks_word(running, "running") .. " (tasks.kill_on_exit)")
-    else
-      table.insert(parts, tasks_word(running, "running") .. " go on (tasks.kill_on_exit = false)")
-    end
-  end
-  if queued > 0 then
-    table.insert(parts, "cancelling " .. tasks_word(queued, "queued"))
-  end
-  -- a redraw first clears what :wqa printed (a message after those waits for a
-  -- prompt that never comes); the one after puts this one on screen at once
-  pcall(vim.cmd.redraw)
-  vim.notify(
-    "sidekick_tools: Neovim is exiting: " .. table.concat(parts, "; "),
-    vim.log.levels.WARN
-  )
-  pcall(vim.cmd.redraw)
-end
-
---- Called on VimLeavePre: say what happens to this instance's tasks, then let
---- the host halt them if configured.
+--- Called on VimLeavePre (after the client said what happens to the tasks):
+--- let the host halt this instance's tasks if configured.
 function M.shutdown()
-  if state.chan and not state.exiting then
-    pcall(say_exit)
-  end
   state.exiting = true
   if state.chan then
     pcall(vim.rpcrequest, state.chan, "shutdown")

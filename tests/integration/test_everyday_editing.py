@@ -195,7 +195,7 @@ def test_running_state_stays_in_view_after_a_format_on_save(editor):
     wait_for(
         lambda: (
             editor.lua(
-                "local d = require('sidekick_tools.render.diagnostics')"
+                "local d = require('sidekick_tools.consumers.diagnostics')"
                 " d.draw(vim.api.nvim_get_current_buf()) return true"
             )
             and (editor.diag_at(4) or {}).get("message", "").startswith("⟳")

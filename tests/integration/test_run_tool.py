@@ -69,7 +69,7 @@ def test_the_reply_carries_the_running_state(editor, fn):
         f"""
         local info = require('sidekick_tools').{fn}
         local out, buf = {{}}, vim.api.nvim_get_current_buf()
-        for _, st in pairs(require('sidekick_tools.bridge').tracked[buf] or {{}}) do
+        for _, st in pairs(require('sidekick_tools.client').tracked[buf] or {{}}) do
           table.insert(out, st.state)
         end
         return {{ info = info, states = out }}
@@ -209,7 +209,7 @@ def test_deleting_a_running_block_writes_nothing_back(editor):
     wait_for(
         lambda: (
             editor.lua(
-                "local b = require('sidekick_tools.bridge')\n"
+                "local b = require('sidekick_tools.client')\n"
                 "return vim.tbl_count(b.tracked[vim.api.nvim_get_current_buf()] or {})"
             )
             == 0

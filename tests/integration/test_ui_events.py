@@ -105,15 +105,15 @@ def test_unchanged_diagnostics_are_not_set_again(editor):
     editor.open_chat("USER: hi\n\nASSISTANT: ok\n\n```tool run_terminal_command id=c1\n{}\n```\n")
     counted = editor.lua(
         """
-        local bridge = require("sidekick_tools.bridge")
-        local diag = require("sidekick_tools.render.diagnostics")
+        local client = require("sidekick_tools.client")
+        local diag = require("sidekick_tools.consumers.diagnostics")
         local buf = vim.api.nvim_get_current_buf()
         local set, calls = vim.diagnostic.set, 0
         vim.diagnostic.set = function(...) calls = calls + 1 return set(...) end
-        bridge.scanned[buf] = { { row = 4, state = "pending", tool = "x" } }
+        client.scanned[buf] = { { row = 4, state = "pending", tool = "x" } }
         diag.draw(buf)
         diag.draw(buf)
-        bridge.scanned[buf] = { { row = 4, state = "completed", tool = "x" } }
+        client.scanned[buf] = { { row = 4, state = "completed", tool = "x" } }
         diag.draw(buf)
         vim.diagnostic.set = set
         return calls

@@ -188,7 +188,7 @@ def test_finished_task_and_bad_arguments(editor):
 def test_parse_line_strips_escapes(editor):
     editor.setup()
     got = editor.lua(
-        "local out = require('sidekick_tools.render.output')\n"
+        "local out = require('sidekick_tools.consumers.output_view.ansi')\n"
         "local res = {}\n"
         "for _, raw in ipairs(...) do local t, spans = out.parse_line(raw, {}) "
         "table.insert(res, { t, spans and #spans or 0 }) end\n"

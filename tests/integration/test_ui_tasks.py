@@ -200,7 +200,7 @@ def test_ten_thousand_stored_tasks_open_one_page(editors, tmp_path):
 def test_help_lists_the_configured_keys(editor):
     editor.setup(keymaps={"tasks_window": {"halt": "X", "jump": False}})
     open_tasks(editor)
-    help_lines = editor.lua("return require('sidekick_tools.render.tasks').help_lines()")
+    help_lines = editor.lua("return require('sidekick_tools.consumers.tasks_window').help_lines()")
     text = "\n".join(help_lines)
     assert "<CR> o" in text and "open the task's output" in text
     assert re.search(r"^X\s+halt the task", text, re.M)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sidekick_tools.config import AgentConfig, Config, TasksConfig
+from sidekick_tools.config import AgentConfig, Config
 from sidekick_tools.tasks.identity import owner_token
 from sidekick_tools.tasks.manager import TaskManager, TaskSpec
 from sidekick_tools.tasks.store import MemoryStore, TaskStore
@@ -32,11 +32,12 @@ def make_config(
     await_timeout: float = 5.0,
     hybrid_threshold: float = 5.0,
 ) -> Config:
-    return Config(
-        state_dir="",
-        tasks=TasksConfig(await_timeout=await_timeout, hybrid_threshold=hybrid_threshold),
-        agents=dict(agents or {}),
+    config = Config.from_dict(
+        {"tasks": {"await_timeout": await_timeout, "hybrid_threshold": hybrid_threshold}}
     )
+    config.state_dir = ""
+    config.agents = dict(agents or {})
+    return config
 
 
 def make_manager(
@@ -44,7 +45,7 @@ def make_manager(
 ) -> TaskManager:
     """A manager over a memory store (or `store`); `settings` are `tasks.*` options."""
     settings.setdefault("halt_grace", 0.5)
-    config = TasksConfig(**settings)
+    config = Config.from_dict({"tasks": settings}).tasks
     return TaskManager(store or MemoryStore(), state_dir, owner, config, tuning=FAST)
 
 

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from sidekick_tools.config import DEFAULT_SAFE_COMMANDS
+from sidekick_tools.defaults import default
 from sidekick_tools.llm.errors import StreamError
 from sidekick_tools.llm.sse import MAX_LINE, SSEDecoder
 from sidekick_tools.secrets_mask import mask
@@ -20,7 +20,7 @@ GIT_ENV = {
     "GIT_CONFIG_GLOBAL": "/dev/null",
     "GIT_CONFIG_NOSYSTEM": "1",
 }
-TABLE = command_table.table_for(DEFAULT_SAFE_COMMANDS, {})
+TABLE = command_table.table_for(tuple(default("auto_accept.safe_commands")), {})
 
 
 def _repo(path: Path) -> None:

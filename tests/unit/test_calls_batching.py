@@ -74,7 +74,7 @@ async def write_staggered(gap: float, monkeypatch: pytest.MonkeyPatch) -> Port:
     """The first result, then the others one loop turn apart, as tasks end."""
     monkeypatch.setattr(writer_mod, "WRITE_GAP", gap)
     port = Port(chat_lines(N))
-    runner = CallRunner(port, Tasks(), Config())
+    runner = CallRunner(port, Tasks(), Config.from_dict({}))
     writes = []
     for i in range(N):
         tracked = Tracked(BUF, i, f"c{i}", "run_terminal_command", "chat.sidekick.md")
@@ -109,7 +109,7 @@ async def test_a_gated_call_shows_running_and_starts_when_the_gate_opens(monkeyp
     call's tool starts: the first call waits on a gate the host opens once the
     reply is sent."""
     port = Port(chat_lines(1))
-    runner = CallRunner(port, Tasks(), Config())
+    runner = CallRunner(port, Tasks(), Config.from_dict({}))
     started: list[dict[str, Any]] = []
 
     class Tool:

@@ -7,10 +7,12 @@ import os
 import subprocess
 
 import pytest
-from sidekick_tools.config import DEFAULT_SAFE_COMMANDS
+from sidekick_tools.defaults import default
 from sidekick_tools.tools import command_policy
 from sidekick_tools.tools.command_forms import BUILTIN_FORMS, FORBIDDEN_OPTIONS
 from sidekick_tools.tools.command_table import FormError, table_for, user_form
+
+DEFAULT_SAFE_COMMANDS = tuple(default("auto_accept.safe_commands"))
 
 GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
 

@@ -9,10 +9,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from sidekick_tools.config import DEFAULT_SAFE_COMMANDS
+from sidekick_tools.defaults import default
 from sidekick_tools.tools import command_policy
 from sidekick_tools.tools.command_table import table_for
 from sidekick_tools.tools.git_guard import config_problem, index_problem, repository_problem
+
+DEFAULT_SAFE_COMMANDS = tuple(default("auto_accept.safe_commands"))
 
 ENV = {
     **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},

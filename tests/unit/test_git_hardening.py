@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sidekick_tools.config import DEFAULT_SAFE_COMMANDS
+from sidekick_tools.defaults import default
 from sidekick_tools.tools import command_policy, git_guard, shell_words
 from sidekick_tools.tools.command_table import table_for
+
+DEFAULT_SAFE_COMMANDS = tuple(default("auto_accept.safe_commands"))
 
 TABLE = table_for(DEFAULT_SAFE_COMMANDS, {})
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}

@@ -9,7 +9,7 @@ import time
 
 import pytest
 from sidekick_tools import reap
-from sidekick_tools.config import TasksConfig
+from sidekick_tools.config import tasks_config
 from sidekick_tools.tasks import groups, process
 from sidekick_tools.tasks.manager import TaskManager, TaskSpec
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
@@ -30,10 +30,10 @@ def spec(command: str, cwd: str) -> TaskSpec:
 async def test_the_dead_hosts_tasks_are_halted_and_recorded(tmp_path, capsys) -> None:
     state = str(tmp_path / "state")
     db = os.path.join(state, "tasks.db")
-    host = TaskManager(SqliteStore(db), state, DEAD_NEOVIM, TasksConfig(halt_grace=0.5))
+    host = TaskManager(SqliteStore(db), state, DEAD_NEOVIM, tasks_config(halt_grace=0.5))
     stubborn = await host.submit(spec("trap '' TERM; echo ready; sleep 1000", str(tmp_path)))
     polite = await host.submit(spec("echo ready; sleep 1000", str(tmp_path)))
-    other = TaskManager(SqliteStore(db), state, "1:someone-else", TasksConfig(halt_grace=0.5))
+    other = TaskManager(SqliteStore(db), state, "1:someone-else", tasks_config(halt_grace=0.5))
     theirs = await other.submit(spec("sleep 1000", str(tmp_path)))
     await until(lambda: "ready" in read(stubborn.log_path) and "ready" in read(polite.log_path))
     await host.shutdown(kill=False)  # the host "dies": nothing is halted, nothing recorded

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from sidekick_tools.config import Retention, TasksConfig
+from sidekick_tools.config import tasks_config
 from sidekick_tools.tasks import groups, identity, process
 from sidekick_tools.tasks.manager import TaskEvent, TaskManager, TaskNotFound, TaskSpec
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
@@ -51,8 +51,8 @@ def make_manager(store: TaskStore, state_dir: str, owner: str = ME, **kw) -> Tas
     kw.setdefault("adopted_poll_interval", 0.05)
     tuning = EngineTuning(**{k: kw.pop(k) for k in list(kw) if k in TUNING})
     if "retention" in kw:
-        kw["retention"] = Retention(*kw["retention"])
-    return TaskManager(store, state_dir, owner, TasksConfig(**kw), tuning=tuning)
+        kw["retention"] = dict(zip(("completed", "failed"), kw["retention"]))
+    return TaskManager(store, state_dir, owner, tasks_config(**kw), tuning=tuning)
 
 
 @pytest.fixture
@@ -694,7 +694,7 @@ async def test_a_full_disk_ends_the_task_with_its_status_recorded(tasks_state, t
         SqliteStore(os.path.join(state, "tasks.db")),
         state,
         ME,
-        TasksConfig(max_log_bytes=0, halt_grace=0.5),
+        tasks_config(max_log_bytes=0, halt_grace=0.5),
         tuning=EngineTuning(poll_interval=0.05),
         on_store_fallback=told.append,
     )

@@ -31,7 +31,7 @@ def root(tmp_path):
 @pytest.fixture
 def ctx(root):
     return ToolContext(
-        cwd=str(root), tasks=None, config=Config(), chat="t.sidekick.md", call_id="c1"
+        cwd=str(root), tasks=None, config=Config.from_dict({}), chat="t.sidekick.md", call_id="c1"
     )
 
 

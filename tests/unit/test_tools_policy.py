@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sidekick_tools.config import AgentConfig, AutoAcceptConfig, Config
+from sidekick_tools.config import AgentConfig, Config
 from sidekick_tools.tools import REGISTRY, Tool, check_call, get_tool
 from sidekick_tools.tools.base import ToolContext, ToolResult
 from sidekick_tools.tools.policy import decide
@@ -23,13 +23,11 @@ def root(tmp_path):
 
 
 def make_ctx(root, **auto):
-    config = Config(
-        auto_accept=AutoAcceptConfig(**auto),
-        agents={
-            "trusted": AgentConfig(cmd=["t", "{message}"], auto_accept=True),
-            "careful": AgentConfig(cmd=["c", "{message}"]),
-        },
-    )
+    config = Config.from_dict({"auto_accept": auto})
+    config.agents = {
+        "trusted": AgentConfig(cmd=["t", "{message}"], auto_accept=True),
+        "careful": AgentConfig(cmd=["c", "{message}"]),
+    }
     return ToolContext(cwd=str(root), tasks=None, config=config, chat="c.sidekick.md", call_id="x")
 
 

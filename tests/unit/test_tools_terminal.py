@@ -14,11 +14,14 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from sidekick_tools.config import DEFAULT_SAFE_COMMANDS, AutoAcceptConfig, Config, TasksConfig
+from sidekick_tools.config import Config
+from sidekick_tools.defaults import default
 from sidekick_tools.tools import command_policy
 from sidekick_tools.tools import run_terminal_command as rtc
 from sidekick_tools.tools.base import ToolContext
 from sidekick_tools.tools.command_table import table_for
+
+DEFAULT_SAFE_COMMANDS = tuple(default("auto_accept.safe_commands"))
 
 TOOL = rtc.TOOL
 
@@ -125,9 +128,8 @@ async def manager(tmp_path):
 def make_ctx(tmp_path, manager, threshold=5.0, safe=DEFAULT_SAFE_COMMANDS):
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    config = Config(
-        tasks=TasksConfig(hybrid_threshold=threshold),
-        auto_accept=AutoAcceptConfig(safe_commands=tuple(safe)),
+    config = Config.from_dict(
+        {"tasks": {"hybrid_threshold": threshold}, "auto_accept": {"safe_commands": list(safe)}}
     )
     return ToolContext(
         cwd=str(work), tasks=manager, config=config, chat="a.sidekick.md", call_id="call_0abc12"

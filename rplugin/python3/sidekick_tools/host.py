@@ -20,13 +20,14 @@ from .nvim_port import NvimPort
 from .statedir import StateDir, log_to_file, open_state_dir
 from .tasks.identity import owner_token
 from .tasks.manager import TaskManager
+from .tasks.model import TERMINAL, TaskStatus
 from .tasks.store import MemoryStore, StoreError, TaskStore, open_store
 from .tasks.tuning import EngineTuning
 from .tools import command_table
 
 log = logging.getLogger(__name__)
 
-LIST_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+LIST_STATUSES = tuple(status.value for status in TaskStatus)
 HALT_ANSWER_WAIT = 0.1  # seconds :SidekickHalt may hold the editor before answering
 
 
@@ -241,7 +242,7 @@ class Host:
         if task is None:
             raise UserError(f"sidekick_tools: no task {token} (unknown or expired)")
         status = _status(task)
-        if status in ("completed", "failed", "cancelled"):
+        if status in TERMINAL:
             return {"id": token, "status": status, "message": f"Task {token} already {status}"}
         # The editor waits for this answer: never for the whole kill. A task that
         # dies on SIGTERM is answered as ended; a stubborn one is reported as

@@ -2,7 +2,8 @@
 and the per-chat overrides of its front matter.
 
 Lua declares and validates the options; this module only reads the table it
-sends, filling in defaults, so tests and the bench can pass a plain dict. A chat
+sends, completed from the declared defaults (`defaults.resolve`), so tests and
+the bench can pass a plain dict. A chat
 file may come from someone else, so its front matter can choose among the
 configured providers and tune the request (model, max_tokens, temperature,
 thinking) but never change where a request goes or which key it carries.
@@ -14,9 +15,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..defaults import default, resolve
 from .errors import ConfigError
 
-DEFAULT_MODEL = "anthropic/claude-sonnet-4-5"
 DEFAULT_BASE_URLS = {
     "anthropic": "https://api.anthropic.com",
     "openai": "https://api.openai.com/v1",
@@ -41,28 +42,34 @@ class ProviderConfig:
     max_tokens_param: str | None = None
 
 
+def _default_seconds(path: str) -> Any:
+    return field(default_factory=lambda: float(default(path)))
+
+
 @dataclass
 class Timeouts:
-    connect: float = 10.0
-    read: float = 120.0  # longest silence inside a stream (providers send pings)
+    connect: float = _default_seconds("chat.timeouts.connect")
+    read: float = _default_seconds("chat.timeouts.read")  # longest silence inside a stream
 
 
 @dataclass
 class ChatConfig:
-    model: str = DEFAULT_MODEL
-    providers: dict[str, ProviderConfig] = field(default_factory=dict)
-    system: str | None = None
-    max_tokens: int = 8192
-    temperature: float | None = None
-    thinking: int | str | None = None  # budget tokens, "adaptive", or None (off)
-    max_attempts: int = 4  # tries per request when rate limited or overloaded
-    timeouts: Timeouts = field(default_factory=Timeouts)
+    model: str
+    providers: dict[str, ProviderConfig]
+    system: str | None
+    max_tokens: int
+    temperature: float | None
+    thinking: int | str | None  # budget tokens, "adaptive", or None (off)
+    max_attempts: int  # tries per request when rate limited or overloaded
+    timeouts: Timeouts
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> ChatConfig:
-        raw = dict(raw or {})
+        """The ``chat`` table of the setup, whole or in part (what it lacks takes
+        the declared default; ``providers`` given replaces the default ones)."""
+        raw = resolve({"chat": dict(raw or {})})["chat"]
         providers: dict[str, ProviderConfig] = {}
-        for name, spec in dict(raw.get("providers") or {}).items():
+        for name, spec in dict(raw["providers"] or {}).items():
             spec = dict(spec or {})
             kind = str(spec.get("kind") or name)
             default_url = DEFAULT_BASE_URLS.get(kind, "")
@@ -80,18 +87,18 @@ class ChatConfig:
                 headers={str(k): str(v) for k, v in dict(spec.get("headers") or {}).items()},
                 max_tokens_param=spec.get("max_tokens_param"),
             )
-        timeouts = dict(raw.get("timeouts") or {})
+        timeouts = raw["timeouts"]
         return cls(
-            model=str(raw.get("model") or DEFAULT_MODEL),
+            model=str(raw["model"] or default("chat.model")),
             providers=providers,
-            system=raw.get("system") or None,
-            max_tokens=int(raw.get("max_tokens") or 8192),
-            temperature=_float_or_none(raw.get("temperature")),
-            thinking=parse_thinking(raw.get("thinking")),
-            max_attempts=max(1, int(raw.get("max_attempts") or 4)),
+            system=raw["system"] or None,
+            max_tokens=int(raw["max_tokens"] or default("chat.max_tokens")),
+            temperature=_float_or_none(raw["temperature"]),
+            thinking=parse_thinking(raw["thinking"]),
+            max_attempts=max(1, int(raw["max_attempts"] or default("chat.max_attempts"))),
             timeouts=Timeouts(
-                connect=float(timeouts.get("connect") or 10.0),
-                read=float(timeouts.get("read") or 120.0),
+                connect=float(timeouts["connect"] or default("chat.timeouts.connect")),
+                read=float(timeouts["read"] or default("chat.timeouts.read")),
             ),
         )
 
@@ -118,7 +125,7 @@ class RequestOptions:
     """What one request asks of the model, after the chat's overrides."""
 
     model: str  # as the provider names it (without "provider/")
-    max_tokens: int = 8192
+    max_tokens: int
     temperature: float | None = None
     thinking: int | str | None = None
 

@@ -28,6 +28,7 @@ from ..tasks.model import is_token
 from ..tools import (
     _tasks,
     await_task,
+    described,
     halt_task,
     list_tasks,
     run_terminal_command,
@@ -201,9 +202,12 @@ class Face:
         self.cwd = cwd
 
     def tools(self) -> list[tuple[str, str, dict[str, Any]]]:
-        """(name, description, input schema) of each tool, in a stable order."""
+        """(name, description, input schema) of each tool, in a stable order; the
+        schemas' descriptions carry the configured values (tools/described.py)."""
         config = self.source.current()
-        return [(s.name, s.describe(config), copy.deepcopy(s.schema)) for s in SPECS.values()]
+        return [
+            (s.name, s.describe(config), described.schema(s.schema, config)) for s in SPECS.values()
+        ]
 
     async def call(
         self, name: str, args: Any, client: str | None, report: Report | None = None

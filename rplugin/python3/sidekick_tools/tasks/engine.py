@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import TasksConfig
+from ..config import TasksConfig, tasks_config
 from .log_limit import LogLimitWatch
 from .model import Reason, Task, is_token
 from .process import TaskProcess
@@ -64,7 +64,7 @@ class TaskEngine:
         self.state_dir = os.path.abspath(os.path.expanduser(state_dir))
         self.tasks_dir = os.path.join(self.state_dir, "tasks")
         self.owner = owner
-        self.config = config or TasksConfig()
+        self.config = config or tasks_config()
         self.queue = TaskQueue(self.config.max_concurrent, self._queue_moved)
         self.progress = ProgressPoll(self)
         self.log_limit = LogLimitWatch(self)

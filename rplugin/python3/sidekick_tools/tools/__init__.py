@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..chat.blocks import ToolSpec
 from . import (
     await_task,
+    described,
     halt_task,
     list_directory,
     list_tasks,
@@ -45,6 +47,19 @@ def get_tool(name: str) -> Tool | None:
     return REGISTRY.get(name)
 
 
+def specs(config: Any) -> list[ToolSpec]:
+    """Every tool as the model sees it, its descriptions carrying the values in
+    force in ``config`` (a `Config`): what a chat request sends as native tools."""
+    return [
+        ToolSpec(
+            tool.name,
+            described.fill(tool.description, config),
+            described.schema(tool.schema, config),
+        )
+        for tool in _TOOLS
+    ]
+
+
 def check_call(name: str, params: Any) -> str | None:
     """None when ``name`` is a known tool and ``params`` fit its schema, else the problem."""
     tool = REGISTRY.get(name)
@@ -74,5 +89,6 @@ __all__ = [
     "check_call",
     "get_tool",
     "result_from_task",
+    "specs",
     "validate",
 ]

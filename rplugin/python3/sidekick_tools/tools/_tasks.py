@@ -10,6 +10,7 @@ import os
 import time
 from typing import Any
 
+from ..tasks.model import TERMINAL as TERMINAL  # the task tools' `_tasks.TERMINAL`
 from ..tasks.model import is_token
 from ..tasks.output import summary_of, tail_bytes
 from ..text import clean, decode
@@ -17,7 +18,6 @@ from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
 from .schema import validate
 
 NOT_FOUND = "Task ID not found or expired."
-TERMINAL = ("completed", "failed", "cancelled")
 
 TOKEN_SCHEMA: dict[str, Any] = {
     "type": "string",

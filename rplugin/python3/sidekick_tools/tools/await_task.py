@@ -1,7 +1,7 @@
 """await_task: wait (bounded) for a background task and say how it stands.
 
-Waits up to ``timeout_seconds`` (default and cap: ``config.tasks.await_timeout``,
-55 s; a larger value is capped, ``0`` only looks without waiting). The answer
+Waits up to ``timeout_seconds`` (default and cap: ``config.tasks.await_timeout``;
+a larger value is capped, ``0`` only looks without waiting). The answer
 is a JSON object::
 
     {"task": "a1b2c3", "status": "running|completed|failed|cancelled",
@@ -36,7 +36,9 @@ STILL_RUNNING = still_running()
 
 class AwaitTask(_tasks.TaskTool):
     name = "await_task"
-    description = "Wait up to 55 s for a background task; its summary when it is done."
+    description = (
+        "Wait up to {tasks.await_timeout} s for a background task; its summary when it is done."
+    )
     schema: dict[str, Any] = {
         "type": "object",
         "properties": {
@@ -44,7 +46,7 @@ class AwaitTask(_tasks.TaskTool):
             "timeout_seconds": {
                 "type": "number",
                 "minimum": 0,
-                "description": "Seconds to wait at most (capped at tasks.await_timeout, 55).",
+                "description": "Seconds to wait at most (capped at {tasks.await_timeout}).",
             },
         },
         "required": ["task"],

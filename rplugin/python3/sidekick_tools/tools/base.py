@@ -18,9 +18,6 @@ if TYPE_CHECKING:
 FieldValue = Union[str, int, float]
 Fields = dict[str, FieldValue]
 
-#: Every status a result block may carry (DESIGN §4).
-STATUSES = ("completed", "failed", "running", "cancelled", "denied")
-
 
 @dataclass(frozen=True)
 class ToolNames:
@@ -74,7 +71,7 @@ class ToolResult:
     whitespace.
     """
 
-    status: str
+    status: str  # one of chat/states.py RESULT_STATUSES
     body: str = ""
     fields: Fields = field(default_factory=dict)
 

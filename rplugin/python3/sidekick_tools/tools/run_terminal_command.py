@@ -53,12 +53,13 @@ class RunTerminalCommand:
             "timeout_seconds": {
                 "type": "number",
                 "exclusiveMinimum": 0,
-                "description": "Kill the command after this many seconds (default 1800).",
+                "description": "Kill the command after this many seconds "
+                "(default {tasks.default_timeout}).",
             },
             "async": {
                 "type": "boolean",
                 "description": "true: return the task id at once; false: wait for the end; "
-                "absent: wait up to the hybrid threshold (10 s).",
+                "absent: wait up to {tasks.hybrid_threshold} s.",
             },
         },
         "required": ["command"],

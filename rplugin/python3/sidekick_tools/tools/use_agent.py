@@ -52,12 +52,13 @@ class UseAgent:
             "async": {
                 "type": "boolean",
                 "description": "true: return the task id at once; false: wait for the end; "
-                "absent: wait up to the hybrid threshold (10 s).",
+                "absent: wait up to {tasks.hybrid_threshold} s.",
             },
             "timeout_seconds": {
                 "type": "number",
                 "exclusiveMinimum": 0,
-                "description": "Kill the agent after this many seconds (default 1800).",
+                "description": "Kill the agent after this many seconds "
+                "(default {tasks.default_timeout}).",
             },
         },
         "required": ["agent", "message"],

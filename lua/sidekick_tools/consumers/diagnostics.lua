@@ -1,10 +1,12 @@
--- Diagnostics are a pure function of the call states the bridge holds: every
--- draw clears the namespace for the buffer and sets the full list again.
-local bridge = require("sidekick_tools.bridge")
+-- Each call's state as a diagnostic on its header line (DESIGN §5). A draw is
+-- a pure function of the client's call states: the buffer's full list is set
+-- again, and only when a message changed.
+local client = require("sidekick_tools.client")
+local constants = require("sidekick_tools.constants")
+local format = require("sidekick_tools.format")
+local marks = require("sidekick_tools.marks")
 
 local M = {}
-
-local S = vim.diagnostic.severity
 
 --- Configure the plugin's own namespace from option `ui`, so the states show
 --- whatever the user's global diagnostic settings are (Neovim 0.11 turned
@@ -23,41 +25,8 @@ function M.configure()
     virtual_text = handler(ui.virtual_text),
     signs = handler(ui.signs),
     underline = false,
-  }, bridge.ns)
+  }, marks.ns)
 end
-
-M.configure()
-
-M.glyphs = {
-  pending = "▶",
-  queued = "⧗",
-  running = "⟳",
-  completed = "✓",
-  failed = "✗",
-  cancelled = "⊘",
-  denied = "⊘",
-}
-
-M.severity = {
-  pending = S.HINT,
-  queued = S.HINT,
-  running = S.HINT,
-  completed = S.INFO,
-  failed = S.ERROR,
-  cancelled = S.WARN,
-  denied = S.WARN,
-}
-
-local function elapsed(started_at, now)
-  local secs = math.max(0, math.floor((now or os.time()) - started_at))
-  if secs < 60 then
-    return secs .. "s"
-  elseif secs < 3600 then
-    return string.format("%dm%02ds", math.floor(secs / 60), secs % 60)
-  end
-  return string.format("%dh%02dm", math.floor(secs / 3600), math.floor(secs % 3600 / 60))
-end
-M.elapsed = elapsed
 
 local DENIED_BY = { user = "denied by you", policy = "denied by the policy" }
 
@@ -65,7 +34,7 @@ local DENIED_BY = { user = "denied by you", policy = "denied by the policy" }
 ---@param st sidekick_tools.CallState
 ---@param now number|nil epoch seconds, for the running time
 function M.message(st, now)
-  local glyph = M.glyphs[st.state] or "?"
+  local glyph = constants.glyph(st.state)
   local tool = st.tool ~= "" and st.tool or "tool"
   if st.state == "pending" then
     return string.format("%s %s (%s)", glyph, tool, st.detail or ":SidekickRunTool")
@@ -74,7 +43,7 @@ function M.message(st, now)
   elseif st.state == "running" then
     local parts = { "running" }
     if st.started_at then
-      parts[1] = "running " .. elapsed(st.started_at, now)
+      parts[1] = "running " .. format.elapsed(st.started_at, now)
     end
     if st.progress then
       local pct = string.format("%d%%", st.progress)
@@ -102,37 +71,21 @@ function M.message(st, now)
   return string.format("%s %s: %s", glyph, tool, detail)
 end
 
---- Rows of tracked calls whose extmark is still valid.
-local function tracked_rows(buf)
-  local out = {}
-  for mark, st in pairs(bridge.tracked[buf] or {}) do
-    local pos = vim.api.nvim_buf_get_extmark_by_id(buf, bridge.ns, mark, { details = true })
-    if pos[1] and not (pos[3] and pos[3].invalid) then
-      table.insert(out, { row = pos[1], st = st })
-    end
-  end
-  return out
+local function severity(state)
+  local look = constants.states[state]
+  return vim.diagnostic.severity[look and look.severity or "HINT"]
 end
 
+--- The diagnostics of `buf`, by row.
 function M.items(buf, now)
-  local items, taken = {}, {}
-  for _, t in ipairs(tracked_rows(buf)) do
-    taken[t.row] = true
-    table.insert(items, { row = t.row, st = t.st })
-  end
-  for _, s in ipairs(bridge.scanned[buf] or {}) do
-    if not taken[s.row] then
-      table.insert(items, { row = s.row, st = s })
-    end
-  end
   local line_count = vim.api.nvim_buf_line_count(buf)
   local diags = {}
-  for _, it in ipairs(items) do
+  for _, it in ipairs(client.call_states(buf)) do
     if it.row < line_count then
       table.insert(diags, {
         lnum = it.row,
         col = 0,
-        severity = M.severity[it.st.state] or S.HINT,
+        severity = severity(it.st.state),
         message = M.message(it.st, now),
         source = "sidekick_tools",
         user_data = { state = it.st.state, tool = it.st.tool },
@@ -156,15 +109,6 @@ local function signature(diags)
   return table.concat(parts, "\30")
 end
 
-local function has_running(buf)
-  for _, st in pairs(bridge.tracked[buf] or {}) do
-    if st.state == "running" then
-      return true
-    end
-  end
-  return false
-end
-
 local uv = vim.uv or vim.loop
 local timer = nil ---@type uv.uv_timer_t|nil
 
@@ -183,7 +127,7 @@ local function tick()
   local seen = {}
   for _, win in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
     local buf = vim.api.nvim_win_get_buf(win)
-    if not seen[buf] and has_running(buf) then
+    if not seen[buf] and client.has_running(buf) then
       seen[buf] = true
       any = true
       M.draw(buf)
@@ -209,30 +153,73 @@ function M.draw(buf)
   end
   local diags = M.items(buf)
   local sig = signature(diags)
-  local current = #vim.diagnostic.get(buf, { namespace = bridge.ns })
+  local current = #vim.diagnostic.get(buf, { namespace = marks.ns })
   if drawn[buf] ~= sig or current ~= #diags then
-    vim.diagnostic.set(bridge.ns, buf, diags)
+    vim.diagnostic.set(marks.ns, buf, diags)
     drawn[buf] = sig
   end
-  if has_running(buf) and vim.fn.bufwinid(buf) ~= -1 then
+  if client.has_running(buf) and vim.fn.bufwinid(buf) ~= -1 then
     ensure_timer()
   end
 end
 
--- A buffer with running calls shown again: bring its elapsed times up to date.
-vim.api.nvim_create_autocmd("BufWinEnter", {
-  group = vim.api.nvim_create_augroup("sidekick_tools_diagnostics", { clear = true }),
-  callback = function(ev)
-    if bridge.tracked[ev.buf] then
-      M.draw(ev.buf)
-    end
-  end,
-})
-vim.api.nvim_create_autocmd("BufWipeout", {
-  group = "sidekick_tools_diagnostics",
-  callback = function(ev)
-    drawn[ev.buf] = nil
-  end,
-})
+-- Several changes of one buffer in one loop turn cost one draw, and a burst
+-- of them (hundreds of tasks ending) costs at most one draw per DRAW_GAP_MS:
+-- the first change after a quiet spell is drawn on the next loop turn, later
+-- ones wait for the gap. Each draw is a vim.diagnostic.set, which re-runs every
+-- handler and the statusline for the whole buffer. What the user just asked
+-- for (the client's `prompt`) is drawn at once, gap or not.
+local DRAW_GAP_MS = 50
+local draw_pending = {} ---@type table<integer, boolean>
+local last_draw = {} ---@type table<integer, number>
+
+local function now_ms()
+  return uv.hrtime() / 1e6
+end
+
+local function on_calls(ev)
+  local buf = ev.buf
+  if draw_pending[buf] then
+    return
+  end
+  draw_pending[buf] = true
+  local function run()
+    draw_pending[buf] = nil
+    last_draw[buf] = now_ms()
+    M.draw(buf) -- the buffer may be gone by now: draw checks
+  end
+  local wait = last_draw[buf] and (last_draw[buf] + DRAW_GAP_MS - now_ms()) or 0
+  if ev.prompt then
+    wait = 0
+  end
+  if wait > 0 then
+    vim.defer_fn(run, math.ceil(wait))
+  else
+    vim.schedule(run)
+  end
+end
+
+--- Listen to the client's call states (consumers.register).
+function M.register()
+  M.configure()
+  client.on("calls", on_calls)
+  local group = vim.api.nvim_create_augroup("sidekick_tools_diagnostics", { clear = true })
+  -- A buffer with running calls shown again: bring its elapsed times up to date.
+  vim.api.nvim_create_autocmd("BufWinEnter", {
+    group = group,
+    callback = function(ev)
+      if client.tracked[ev.buf] then
+        M.draw(ev.buf)
+      end
+    end,
+  })
+  vim.api.nvim_create_autocmd("BufWipeout", {
+    group = group,
+    callback = function(ev)
+      drawn[ev.buf] = nil
+      last_draw[ev.buf] = nil
+    end,
+  })
+end
 
 return M

@@ -1,17 +1,17 @@
 -- Statusline component: running tasks, and failures since the last look.
-local bridge = require("sidekick_tools.bridge")
+local constants = require("sidekick_tools.constants")
 
 local M = {}
 
 local running = {} ---@type table<string, boolean>
 local failed_unseen = 0
 
-bridge.on("task", function(ev)
+local function on_task(ev)
   local t = ev.task
   if not t then
     return
   end
-  if t.status == "running" or t.status == "queued" then
+  if constants.active[t.status] then
     running[t.id] = true
   else
     running[t.id] = nil
@@ -19,9 +19,14 @@ bridge.on("task", function(ev)
       failed_unseen = failed_unseen + 1
     end
   end
-end)
+end
 
---- Forget the failures counted so far (the task list calls this when shown).
+--- Listen to the client's task events (consumers.register).
+function M.register()
+  require("sidekick_tools.client").on("task", on_task)
+end
+
+--- Forget the failures counted so far (the tasks window calls this when shown).
 function M.seen()
   failed_unseen = 0
 end
@@ -34,10 +39,10 @@ function M.text()
   local c = M.counts()
   local parts = {}
   if c.running > 0 then
-    table.insert(parts, "⟳ " .. c.running)
+    table.insert(parts, constants.glyph("running") .. " " .. c.running)
   end
   if c.failed > 0 then
-    table.insert(parts, "✗ " .. c.failed)
+    table.insert(parts, constants.glyph("failed") .. " " .. c.failed)
   end
   return table.concat(parts, " ")
 end

@@ -1,25 +1,10 @@
--- Task life cycle for the user: `User` autocommands (SidekickTaskStarted,
--- SidekickTaskFinished, with the task table as `data`) and a notification when
--- a task ends (option `notify`). Loaded when the host starts; listens to the
--- bridge's task events and nothing else.
-local bridge = require("sidekick_tools.bridge")
-local util = require("sidekick_tools.render.util")
+-- A task's life cycle for the user: `User` autocommands (SidekickTaskStarted,
+-- SidekickTaskFinished, with the task table as `data`), a notification when a
+-- task ends (option `notify`), and the host's own messages.
+local chats = require("sidekick_tools.chats")
+local format = require("sidekick_tools.format")
 
 local M = {}
-
---- Is the chat a task came from shown in a window of the current tab page?
----@param chat string|nil buffer name
-function M.chat_visible(chat)
-  if not chat or chat == "" then
-    return false
-  end
-  for _, win in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
-    if vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf(win)) == chat then
-      return true
-    end
-  end
-  return false
-end
 
 --- Whether the end of `task` is worth a notification under option `notify`.
 function M.should_notify(task)
@@ -29,12 +14,12 @@ function M.should_notify(task)
   elseif mode == "always" then
     return true
   end
-  return not M.chat_visible(task.chat)
+  return not chats.visible(task.chat)
 end
 
 --- "sidekick_tools: task abc123 completed, exit 0, 2.3s: pytest -q".
 function M.message(task)
-  local line = util.end_line(task):gsub("^%[task ", "task "):gsub("%]$", "")
+  local line = format.end_line(task):gsub("^%[task ", "task "):gsub("%]$", "")
   local label = task.label ~= "" and task.label or task.tool
   if label and label ~= "" then
     line = line .. ": " .. label:gsub("\n", " ")
@@ -53,7 +38,7 @@ local function fire(pattern, task)
 end
 
 local function on_task(ev)
-  local task = util.clean(vim.deepcopy(ev.task))
+  local task = ev.task
   if not task then
     return
   end
@@ -67,6 +52,15 @@ local function on_task(ev)
   end
 end
 
-bridge.on("task", on_task)
+local function on_notify(ev)
+  vim.notify(ev.msg, ev.level or vim.log.levels.INFO)
+end
+
+--- Listen to the client's task events and messages (consumers.register).
+function M.register()
+  local client = require("sidekick_tools.client")
+  client.on("task", on_task)
+  client.on("notify", on_notify)
+end
 
 return M

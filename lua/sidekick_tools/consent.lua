@@ -1,0 +1,69 @@
+-- The one question :SidekickRunTools asks: the calls the policy would not
+-- approve (tool, what they do, their problem), and what happens to the rest.
+local plural = require("sidekick_tools.format").plural
+
+local M = {}
+
+local function describe(p)
+  local line = string.format("  %s  %s", p.tool ~= "" and p.tool or "tool", p.what or "")
+  if type(p.problem) == "string" and p.problem ~= "" then
+    line = line .. "  (problem: " .. p.problem .. ")"
+  end
+  return line
+end
+
+--- The question's text for the host's `plan` answer.
+---@param plan table[] { id, tool, what, verdict = "approve"|"ask"|"deny", problem }
+---@return string message
+function M.message(plan)
+  local ask, denied = {}, {}
+  for _, p in ipairs(plan) do
+    if p.verdict == "ask" then
+      table.insert(ask, p)
+    elseif p.verdict == "deny" then
+      table.insert(denied, p)
+    end
+  end
+  local lines = {
+    string.format(
+      "Run %s? %s your consent:",
+      plural(#plan, "pending tool call"),
+      #ask == 1 and "This one needs" or ("These " .. #ask .. " need")
+    ),
+  }
+  for _, p in ipairs(ask) do
+    table.insert(lines, describe(p))
+  end
+  local approved = #plan - #ask - #denied
+  if approved > 0 then
+    table.insert(
+      lines,
+      approved == 1 and "1 other runs without asking."
+        or string.format("%d others run without asking.", approved)
+    )
+  end
+  if #denied > 0 then
+    table.insert(lines, "Denied by your policy (not run):")
+    for _, p in ipairs(denied) do
+      table.insert(lines, describe(p))
+    end
+  end
+  return table.concat(lines, "\n")
+end
+
+--- Ask the user about `plan` when a call in it needs consent. True: run the
+--- calls of the plan (nothing needed asking, or the user said run).
+---@return boolean
+function M.ask(plan)
+  local needs = vim.tbl_filter(function(p)
+    return p.verdict == "ask"
+  end, plan)
+  if #needs == 0 then
+    return true
+  end
+  local choice = vim.fn.confirm(M.message(plan), "&Run\n&Cancel", 2, "Question")
+  pcall(vim.cmd.redraw) -- the question's lines go, so what follows needs no Enter
+  return choice == 1
+end
+
+return M

@@ -1,0 +1,501 @@
+-- :SidekickOutput: a read-only buffer that follows a task's log files
+-- (follow.lua), coloured as a terminal would show them (ansi.lua), optionally
+-- filtered. The client is only asked who the task is and, once, how it ended;
+-- its task events say when to read and when it ended.
+local client = require("sidekick_tools.client")
+local constants = require("sidekick_tools.constants")
+local follow = require("sidekick_tools.consumers.output_view.follow")
+local format = require("sidekick_tools.format")
+
+local M = {}
+
+local ns = vim.api.nvim_create_namespace("sidekick_tools_output")
+
+local STDERR = 2 -- index of the stderr stream
+
+---@class sidekick_tools.OutputView
+---@field buf integer
+---@field token string
+---@field task table
+---@field streams sidekick_tools.OutputStream[]
+---@field lines table[] every line read: { text, stream, spans }
+---@field shown integer lines in the buffer (the end line excluded)
+---@field filter string|nil
+---@field rx any vim.regex of the filter
+---@field ended string|nil the end line, once the task ended
+---@field note string|nil first line when the start of the logs is not shown
+---@field watch sidekick_tools.Watch|nil
+---@field unsubscribe fun()|nil
+
+---@type table<integer, sidekick_tools.OutputView>
+local views = {}
+
+local function valid(v)
+  return v and vim.api.nvim_buf_is_valid(v.buf)
+end
+
+--- vim.regex(pattern), or an error in one line that says which pattern and
+--- why (Vim's own text, without the "couldn't parse regex: Vim:" wrapping).
+---@param pattern string
+function M.regex(pattern)
+  local ok, rx = pcall(vim.regex, pattern)
+  if ok then
+    return rx
+  end
+  local raw = tostring(rx)
+  local code, text = raw:match("(E%d+): (.*)$")
+  text = (text or raw:gsub("^.-regex: ", ""):gsub("^Vim:", "")):gsub("%%s", "")
+  if code == "E769" then
+    text = "a [ is never closed by ]"
+  end
+  error(
+    string.format(
+      "sidekick_tools: bad filter /%s/: %s%s",
+      pattern,
+      text,
+      code and (" (" .. code .. ")") or ""
+    ),
+    0
+  )
+end
+
+-- rendering -------------------------------------------------------------------------
+
+local function matches(v, line)
+  return not v.rx or v.rx:match_str(line.text) ~= nil
+end
+
+local function decorate(v, row, line)
+  if line.stream == STDERR then
+    vim.api.nvim_buf_set_extmark(v.buf, ns, row, 0, {
+      sign_text = "▌",
+      sign_hl_group = "SidekickOutputStderr",
+      end_col = #line.text,
+      hl_group = "SidekickOutputStderr",
+      priority = 100,
+    })
+  end
+  for _, s in ipairs(line.spans or {}) do
+    vim.api.nvim_buf_set_extmark(v.buf, ns, row, s[1], {
+      end_col = s[2],
+      hl_group = s[3],
+      priority = 110,
+    })
+  end
+end
+
+--- Windows showing the view whose cursor sits on its last line (they follow).
+local function followers(v)
+  local out = {}
+  local last = vim.api.nvim_buf_line_count(v.buf)
+  for _, win in ipairs(vim.fn.win_findbuf(v.buf)) do
+    if vim.api.nvim_win_get_cursor(win)[1] >= last then
+      table.insert(out, win)
+    end
+  end
+  return out
+end
+
+local function scroll(v, wins)
+  local last = vim.api.nvim_buf_line_count(v.buf)
+  for _, win in ipairs(wins) do
+    if vim.api.nvim_win_is_valid(win) then
+      vim.api.nvim_win_set_cursor(win, { last, 0 })
+    end
+  end
+end
+
+local function set_lines(v, start, stop, lines)
+  vim.bo[v.buf].modifiable = true
+  vim.api.nvim_buf_set_lines(v.buf, start, stop, false, lines)
+  vim.bo[v.buf].modifiable = false
+end
+
+local function winbar(v)
+  local t = v.task
+  local look = constants.states[t.status]
+  local parts = {
+    "%#SidekickTasksToken#" .. v.token .. "%*",
+    ((t.tool or "task"):gsub("%%", "%%%%")),
+    "%#" .. (look and look.hl or "Normal") .. "#" .. t.status .. "%*",
+  }
+  if v.filter then
+    table.insert(parts, (("filter /" .. v.filter .. "/"):gsub("%%", "%%%%")))
+  end
+  local label = (t.label or ""):gsub("\n", " "):gsub("%%", "%%%%")
+  return " " .. table.concat(parts, " · ") .. "  %<" .. label
+end
+
+local function update_winbar(v)
+  local bar = winbar(v)
+  for _, win in ipairs(vim.fn.win_findbuf(v.buf)) do
+    vim.wo[win].winbar = bar
+  end
+end
+
+local function mark_end_line(v)
+  vim.api.nvim_buf_set_extmark(v.buf, ns, v.shown, 0, {
+    end_col = #v.ended,
+    hl_group = "SidekickOutputEnd",
+  })
+end
+
+--- Redraw everything from the lines read so far (the filter changed).
+local function redraw(v)
+  local wins = followers(v)
+  vim.api.nvim_buf_clear_namespace(v.buf, ns, 0, -1)
+  local text, shown = {}, {}
+  if v.note and not v.rx then
+    table.insert(text, v.note)
+  end
+  local first = #text
+  for _, line in ipairs(v.lines) do
+    if matches(v, line) then
+      table.insert(text, line.text)
+      table.insert(shown, line)
+    end
+  end
+  v.shown = #text
+  if v.ended then
+    table.insert(text, v.ended)
+  end
+  set_lines(v, 0, -1, text)
+  if v.note and not v.rx then
+    vim.api.nvim_buf_set_extmark(
+      v.buf,
+      ns,
+      0,
+      0,
+      { end_col = #v.note, hl_group = "SidekickOutputEnd" }
+    )
+  end
+  for i, line in ipairs(shown) do
+    decorate(v, first + i - 1, line)
+  end
+  if v.ended then
+    mark_end_line(v)
+  end
+  update_winbar(v)
+  scroll(v, wins)
+end
+
+--- Append newly read lines (those the filter lets through).
+local function append(v, new)
+  local add = vim.tbl_filter(function(line)
+    return matches(v, line)
+  end, new)
+  if #add == 0 then
+    return
+  end
+  local wins = followers(v)
+  local text = vim.tbl_map(function(line)
+    return line.text
+  end, add)
+  local start = v.shown
+  if start == 0 and not v.ended then
+    set_lines(v, 0, -1, text) -- replace the empty first line of a new buffer
+  else
+    set_lines(v, start, start, text)
+  end
+  for i, line in ipairs(add) do
+    decorate(v, start + i - 1, line)
+  end
+  v.shown = v.shown + #add
+  scroll(v, wins)
+end
+
+-- following -------------------------------------------------------------------------
+
+--- Read what the logs gained and show it. Returns true when more is waiting.
+local function read_new(v, final)
+  local new, more = follow.read(v.streams, final)
+  vim.list_extend(v.lines, new)
+  if valid(v) then
+    append(v, new)
+  end
+  return more
+end
+
+local function stop_watching(v)
+  if v.watch then
+    v.watch.stop()
+    v.watch = nil
+  end
+  if v.unsubscribe then
+    v.unsubscribe()
+    v.unsubscribe = nil
+  end
+end
+
+--- Read until caught up (a wake-up reads at most a chunk per stream; the rest
+--- follows on the next turn of the loop, so the editor never stalls).
+local function pump(v)
+  if not valid(v) or v.ended then
+    return
+  end
+  if read_new(v, false) then
+    vim.schedule(function()
+      pump(v)
+    end)
+  end
+end
+
+--- The task ended: read to the end, then say how it ended.
+local function finish(v, task)
+  if v.ended or not valid(v) then
+    return
+  end
+  v.task = task
+  stop_watching(v)
+  while read_new(v, false) do
+  end
+  read_new(v, true)
+  v.ended = format.end_line(task)
+  local wins = followers(v)
+  set_lines(v, v.shown, -1, { v.ended })
+  mark_end_line(v)
+  update_winbar(v)
+  scroll(v, wins)
+end
+
+--- The exit file appeared but no event said so (a task of another Neovim, or a
+--- host that restarted): ask once how it ended.
+local function check_exit(v)
+  if not valid(v) or v.ended or not v.task.log_dir then
+    return
+  end
+  local uv = vim.uv or vim.loop
+  if not uv.fs_stat(v.task.log_dir .. "/exit") and constants.terminal[v.task.status] == nil then
+    return
+  end
+  local ok, task = pcall(client.task, v.token)
+  if ok and task and constants.terminal[task.status] then
+    finish(v, task)
+  end
+end
+
+local function on_task(v, ev)
+  local t = ev.task
+  if type(t) ~= "table" or t.id ~= v.token then
+    return
+  end
+  if constants.terminal[t.status] then
+    finish(v, t)
+  else
+    v.task = t
+    if valid(v) then
+      update_winbar(v)
+    end
+    if v.watch then
+      v.watch.wake()
+    end
+  end
+end
+
+local function watch(v)
+  v.watch = follow.watch(v.task.log_dir, {
+    changed = function()
+      pump(v)
+    end,
+    exited = function()
+      check_exit(v)
+    end,
+    tick = function()
+      if valid(v) and not v.ended then
+        pump(v)
+        check_exit(v)
+      end
+    end,
+  })
+  v.unsubscribe = client.on("task", function(ev)
+    on_task(v, ev)
+  end)
+end
+
+-- public ----------------------------------------------------------------------------
+
+--- The view shown in `buf` (default: the current buffer), if it is one.
+function M.view(buf)
+  return views[buf or vim.api.nvim_get_current_buf()]
+end
+
+--- Set (or with nil/"" clear) the filter of a view: only matching lines are
+--- shown; every line read stays, so clearing it shows everything again.
+function M.set_filter(v, pattern)
+  if pattern == "" then
+    pattern = nil
+  end
+  local rx = pattern and M.regex(pattern) -- a bad one keeps the filter shown
+  v.filter, v.rx = pattern, rx
+  redraw(v)
+end
+
+local function set_keymaps(v)
+  require("sidekick_tools.keymaps").set_window_keys(v.buf, "output_window", {
+    filter = function()
+      vim.ui.input(
+        { prompt = "Filter (Vim regex, empty: none): ", default = v.filter or "" },
+        function(input)
+          if input ~= nil and valid(v) then
+            M.set_filter(v, input)
+          end
+        end
+      )
+    end,
+    halt = function()
+      local res = require("sidekick_tools").halt(v.token)
+      if res and res.message then
+        vim.notify(res.message, vim.log.levels.INFO)
+      end
+    end,
+    close = function()
+      if #vim.api.nvim_tabpage_list_wins(0) > 1 then
+        vim.api.nvim_win_close(0, true)
+      else
+        vim.api.nvim_buf_delete(v.buf, { force = true })
+      end
+    end,
+  })
+end
+
+local function is_tasks_buffer()
+  return package.loaded["sidekick_tools.consumers.tasks_window"] ~= nil
+    and require("sidekick_tools.consumers.tasks_window").is_tasks_buffer()
+end
+
+local function open_window(buf)
+  local split = is_tasks_buffer() and "rightbelow vsplit" or nil
+  return require("sidekick_tools.consumers.window").open(buf, split, { signcolumn = "auto" })
+end
+
+--- Open (or focus) the live view of a task's output.
+---@param opts { token: string, filter: string|nil }
+---@return integer buf
+function M.open(opts)
+  vim.validate({ token = { opts.token, "string" }, filter = { opts.filter, "string", true } })
+  for buf, v in pairs(views) do
+    if v.token == opts.token and valid(v) then
+      local win = vim.fn.bufwinid(buf)
+      if win == -1 then
+        open_window(buf)
+      else
+        vim.api.nvim_set_current_win(win)
+      end
+      if opts.filter then
+        M.set_filter(v, opts.filter)
+      end
+      return buf
+    end
+  end
+  local rx = opts.filter and M.regex(opts.filter) -- nothing opened on a bad one
+  local task = client.task(opts.token)
+  if not task then
+    error("sidekick_tools: no task " .. opts.token .. " (unknown or expired)", 0)
+  end
+  local buf = require("sidekick_tools.consumers.window").scratch(
+    "sidekick://output/" .. task.id,
+    "sidekick_output"
+  )
+  local initial = require("sidekick_tools.config").current.output.initial_bytes
+  local v = {
+    buf = buf,
+    token = task.id,
+    task = task,
+    streams = {
+      follow.stream("stdout", task.log_path, initial),
+      follow.stream("stderr", task.stderr_path, initial),
+    },
+    lines = {},
+    shown = 0,
+  }
+  local skipped = 0
+  for _, s in ipairs(v.streams) do
+    skipped = skipped + s.offset
+  end
+  if skipped > 0 then
+    v.note =
+      string.format("[… %d earlier bytes not shown; full logs in %s]", skipped, task.log_dir)
+  end
+  views[buf] = v
+  vim.api.nvim_create_autocmd("BufWipeout", {
+    buffer = buf,
+    once = true,
+    callback = function()
+      stop_watching(v)
+      views[buf] = nil
+    end,
+  })
+  open_window(buf)
+  set_keymaps(v)
+  if rx then
+    v.filter, v.rx = opts.filter, rx
+  end
+  redraw(v)
+  if constants.terminal[task.status] then
+    finish(v, task)
+  else
+    while read_new(v, false) do
+    end
+    watch(v)
+    check_exit(v) -- it may have ended between the question and the watcher
+  end
+  return buf
+end
+
+--- Split ":SidekickOutput [TOKEN] [/regex/]" arguments: token (or nil), filter (or nil).
+function M.parse_args(args)
+  args = vim.trim(args or "")
+  local token, rest = args:match("^([^/%s]+)%s*(.*)$")
+  if not token then
+    rest = args
+  end
+  local filter
+  if rest ~= "" then
+    filter = rest:match("^/(.*)/$") or rest:match("^/(.*)$")
+    if not filter then
+      error("sidekick_tools: expected :SidekickOutput [TOKEN] [/regex/], got " .. args, 0)
+    end
+  end
+  if token and not token:match("^%x%x%x%x%x%x$") then
+    error("sidekick_tools: " .. token .. " is not a task token (6 hex characters)", 0)
+  end
+  return token and token:lower() or nil, filter
+end
+
+--- The token of the task under the cursor: the tasks window's line, or the
+--- tool call under the cursor in a chat.
+function M.token_under_cursor()
+  if is_tasks_buffer() then
+    return require("sidekick_tools.consumers.tasks_window").token_at_cursor()
+  end
+  local row = vim.api.nvim_win_get_cursor(0)[1] - 1
+  return client.task_at(vim.api.nvim_get_current_buf(), row)
+end
+
+--- The newest of this Neovim's tasks (the ones it started and those of the
+--- chats loaded in it), or nil.
+function M.latest_token()
+  local tasks = client.list_tasks({ limit = 1, chats = require("sidekick_tools.chats").names() })
+  return tasks[1] and tasks[1].id or nil
+end
+
+--- :SidekickOutput [TOKEN] [/regex/]
+---@param args string
+function M.open_from_args(args)
+  local token, filter = M.parse_args(args)
+  local current = M.view()
+  if not token and current then -- in an output view: change its filter
+    M.set_filter(current, filter)
+    return current.buf
+  end
+  if filter then
+    M.regex(filter) -- said before anything is looked up or opened
+  end
+  token = token or M.token_under_cursor() or M.latest_token()
+  if not token then
+    error("sidekick_tools: no task under the cursor, and none yet in this Neovim", 0)
+  end
+  return M.open({ token = token, filter = filter })
+end
+
+return M

@@ -1,0 +1,83 @@
+-- A reply streaming into a chat is a region of rows, from its ASSISTANT: line,
+-- kept by an extmark range that grows with what is appended at its end. The
+-- host sends edits relative to the region's first row; one that finds the region
+-- not as the host left it (the user edited inside the reply) is dropped, and
+-- the region is written whole when the reply ends.
+local M = {}
+
+M.ns = vim.api.nvim_create_namespace("sidekick_tools_reply")
+local desynced = {} ---@type table<integer, boolean> reply mark -> edits dropped
+
+--- First and last row of reply `mark`, or nil when it is gone.
+---@return integer|nil, integer|nil
+function M.rows(buf, mark)
+  if not vim.api.nvim_buf_is_valid(buf) then
+    return nil
+  end
+  local pos = vim.api.nvim_buf_get_extmark_by_id(buf, M.ns, mark, { details = true })
+  if not pos[1] or not pos[3] or pos[3].end_row == nil then
+    return nil
+  end
+  return pos[1], pos[3].end_row
+end
+
+-- Edit buf with 'modifiable' on, the whole reply one undo step.
+local function edit(buf, fn, ...)
+  local modifiable = vim.bo[buf].modifiable
+  vim.bo[buf].modifiable = true
+  if vim.api.nvim_get_current_buf() == buf then
+    pcall(vim.cmd.undojoin)
+  end
+  local ok = pcall(fn, ...)
+  vim.bo[buf].modifiable = modifiable
+  return ok
+end
+
+function M.open(buf, mark, row)
+  local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
+  vim.api.nvim_buf_set_extmark(buf, M.ns, row, 0, {
+    id = mark,
+    end_row = row,
+    end_col = #line,
+    right_gravity = false,
+    end_right_gravity = true,
+    undo_restore = false,
+  })
+  desynced[mark] = nil
+end
+
+--- One streamed edit { start_row, start_col, end_row, end_col, lines } relative
+--- to the region; `expect` is what its first row held, `rows` the region's size.
+function M.edit(buf, mark, e, expect, rows)
+  if desynced[mark] then
+    return
+  end
+  local first, last = M.rows(buf, mark)
+  local ok = first ~= nil and last - first + 1 == rows
+  if ok then
+    local row = first + e[1]
+    ok = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] == expect
+  end
+  if ok then
+    ok = edit(buf, vim.api.nvim_buf_set_text, buf, first + e[1], e[2], first + e[3], e[4], e[5])
+  end
+  if not ok then
+    desynced[mark] = true
+  end
+end
+
+--- The reply ended: its region becomes exactly `lines`. False when the region is gone.
+function M.close(buf, mark, lines)
+  local first, last = M.rows(buf, mark)
+  desynced[mark] = nil
+  if not first then
+    return false
+  end
+  local current = vim.api.nvim_buf_get_lines(buf, first, last + 1, false)
+  if not vim.deep_equal(current, lines) then
+    edit(buf, vim.api.nvim_buf_set_lines, buf, first, last + 1, false, lines)
+  end
+  return true
+end
+
+return M
