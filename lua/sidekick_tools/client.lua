@@ -380,7 +380,16 @@ function M.shutdown()
     pcall(say_exit)
   end
   exiting = true
-  host.shutdown()
+  local reaped = host.shutdown()
+  local halted = reaped and #(reaped.halted or {}) + #(reaped.cancelled or {}) or 0
+  if halted > 0 then
+    vim.notify(
+      "sidekick_tools: Neovim is exiting: the host had died; halted "
+        .. require("sidekick_tools.format").plural(halted, "task")
+        .. " it left (tasks.kill_on_exit)",
+      vim.log.levels.WARN
+    )
+  end
 end
 
 return M

@@ -290,13 +290,48 @@ function M.clean_error(err)
   return msg
 end
 
+-- The host died before Neovim exits: its tasks are halted all the same
+-- (`tasks.kill_on_exit`) by the reap entry point, which finds this Neovim's
+-- tasks in the store by its pid. Returns what it reported, or nil.
+local REAP_WAIT_MS = 3000
+
+local function reap_dead_host()
+  local tasks = config.current.tasks
+  if state.generation == 0 or not state.python or not tasks.kill_on_exit then
+    return nil
+  end
+  if tasks.store == "memory" then
+    return nil -- nothing of a dead host's memory store is left to read
+  end
+  local argv = M.command(state.python, "sidekick_tools.reap")
+  vim.list_extend(argv, {
+    "--neovim-pid",
+    tostring(vim.fn.getpid()),
+    "--state-dir",
+    config.state_dir(),
+    "--grace",
+    tostring(math.min(tasks.halt_grace, 1)),
+  })
+  local ok, proc = pcall(vim.system, argv, { text = true })
+  if not ok then
+    return nil
+  end
+  local res = proc:wait(REAP_WAIT_MS)
+  local decoded = res.code == 0 and pcall(vim.json.decode, res.stdout or "")
+  return decoded and vim.json.decode(res.stdout) or nil
+end
+
 --- Called on VimLeavePre (after the client said what happens to the tasks):
---- let the host halt this instance's tasks if configured.
+--- let the host halt this instance's tasks if configured; a host that died
+--- first leaves that to the reap entry point.
+---@return table|nil report the reap's report, when it ran
 function M.shutdown()
   state.exiting = true
   if state.chan then
     pcall(vim.rpcrequest, state.chan, "shutdown")
+    return nil
   end
+  return reap_dead_host()
 end
 
 --- Stop the host (tests and :SidekickRestart use it).

@@ -102,3 +102,15 @@ def test_an_unusable_database_is_reported(tmp_path, capsys) -> None:
     (tmp_path / "tasks.db").write_bytes(b"not a database" * 100)
     assert reap.main(["--halt-owner", DEAD_NEOVIM, "--state-dir", str(tmp_path)]) == 1
     assert "tasks.db" in capsys.readouterr().err
+
+
+def test_a_neovim_pid_names_its_owner(tmp_path, capsys) -> None:
+    """Lua names the owner by its own pid: the start token is read while it lives."""
+    empty = tmp_path / "state"
+    empty.mkdir()
+    assert reap.main(["--neovim-pid", str(os.getpid()), "--state-dir", str(empty)]) == 0
+    assert json.loads(capsys.readouterr().out)["halted"] == []
+    with pytest.raises(SystemExit):
+        reap.main(["--neovim-pid", "999999999", "--state-dir", str(empty)])
+    with pytest.raises(SystemExit):  # one way of naming the owner, not both
+        reap.main(["--neovim-pid", "1", "--halt-owner", DEAD_NEOVIM, "--state-dir", str(empty)])

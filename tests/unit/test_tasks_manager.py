@@ -4,6 +4,7 @@ import asyncio
 import dataclasses
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -477,6 +478,47 @@ async def test_restart_recovery(tasks_state, tmp_path):
         await b.shutdown(kill=True)
         store_b.close()
         reap(seven, zero, slow)
+
+
+async def test_a_start_the_store_never_heard_of_is_taken_up_not_repeated(tasks_state, tmp_path):
+    """The host died between spawning a task's wrapper and saving its start:
+    the store still says queued. The next host finds the wrapper (alive: adopted;
+    ended: its exit record) instead of failing it as never started."""
+    db = os.path.join(tasks_state, "tasks.db")
+    owner = "999999998:gone"
+    store_a = SqliteStore(db)
+    a = make_manager(store_a, tasks_state, owner=owner)
+    gate = "while [ ! -f go ]; do sleep 0.02; done; "
+    live = await a.submit(spec("echo up; " + gate + "echo live", cwd=str(tmp_path)))
+    ended = await a.submit(spec("echo ended; exit 3", cwd=str(tmp_path)))
+    await until(lambda: "up" in read(live.log_path) and process.read_exit(ended.log_dir))
+    await a.shutdown(kill=False)  # "killed": nothing more is written
+    store_a.close()
+    raw = sqlite3.connect(db)
+    with raw:  # as if the save of their start never landed
+        raw.execute(
+            "UPDATE tasks SET status = 'queued', pid = NULL, pid_start = NULL, started_at = NULL"
+        )
+    raw.close()
+
+    store_b = SqliteStore(db)
+    b = make_manager(store_b, tasks_state, owner=owner)
+    await b.recover()
+    try:
+        got = store_b.get(ended.id)
+        assert got.status is S.FAILED and got.exit_code == 3 and got.reason == Reason.EXIT
+        assert got.started_at is not None
+        got = store_b.get(live.id)
+        assert got.status is S.RUNNING and got.pid == live.pid
+        assert b.running_count == 1  # adopted, not started again
+        (tmp_path / "go").write_text("")
+        got = await b.wait(live.id, 10)
+        assert got.status is S.COMPLETED
+        assert read(live.log_path).count("up") == 1  # the command ran once
+    finally:
+        await b.shutdown(kill=True)
+        store_b.close()
+        reap(live, ended)
 
 
 async def test_recovery_never_trusts_a_bare_pid(tasks_state, tmp_path):

@@ -2,10 +2,13 @@
 without the host.
 
     python -E -c BOOT <plugin>/rplugin/python3 --halt-owner OWNER --state-dir DIR [--grace S]
+    python -E -c BOOT <plugin>/rplugin/python3 --neovim-pid PID --state-dir DIR [--grace S]
 
 (BOOT as lua/sidekick_tools/host.lua `command(python, "sidekick_tools.reap")`
 builds it.) Lua runs it synchronously in VimLeavePre when the host is dead.
-OWNER is the `owner` of the host's init reply ("<nvim pid>:<start token>").
+OWNER is the `owner` of the host's init reply ("<nvim pid>:<start token>");
+`--neovim-pid` names it by the pid of that Neovim, which must still be running
+(Lua passes its own pid in VimLeavePre).
 Every queued or running task of OWNER in DIR/tasks.db is halted: each live
 process group (pid + start token checked) gets SIGTERM, SIGKILL after the
 grace (default 0.5 s), and the tasks are recorded cancelled. Prints one JSON
@@ -21,7 +24,7 @@ import json
 import os
 import sys
 
-from .tasks.identity import parse_owner
+from .tasks.identity import owner_token, parse_owner, start_token
 from .tasks.remote_halt import OwnerHalt, halt_owner_now
 from .tasks.store import SqliteStore, StoreError
 
@@ -30,10 +33,16 @@ BUSY_TIMEOUT = 0.2  # seconds the database may keep us waiting (Neovim is exitin
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="sidekick_tools.reap", description=__doc__)
-    parser.add_argument("--halt-owner", required=True, metavar="OWNER")
+    whose = parser.add_mutually_exclusive_group(required=True)
+    whose.add_argument("--halt-owner", metavar="OWNER")
+    whose.add_argument("--neovim-pid", type=int, metavar="PID")
     parser.add_argument("--state-dir", required=True, metavar="DIR")
     parser.add_argument("--grace", type=float, default=0.5, metavar="SECONDS")
     args = parser.parse_args(argv)
+    if args.neovim_pid is not None:
+        if not start_token(args.neovim_pid):
+            parser.error(f"--neovim-pid {args.neovim_pid}: no such process")
+        args.halt_owner = owner_token(args.neovim_pid)
     if parse_owner(args.halt_owner) is None:
         parser.error(f"--halt-owner {args.halt_owner!r} is not '<pid>:<start token>'")
     path = os.path.join(os.path.expanduser(args.state_dir), "tasks.db")

@@ -321,6 +321,15 @@ class CallChain:
                 self.port.notify_user(f"sidekick_tools: {problem}", "error")
                 return None
             return ToolResult(status="failed", body=problem, fields={})
+        earlier = self._undelivered_task(mirror.name, call)
+        if earlier is not None:
+            # This call already started a task whose result never reached the
+            # chat (the host died before writing it): that task is the call's,
+            # running or ended. Running the call again would run it twice.
+            self.registry.bind(tracked, earlier.id)
+            result = tools.result_from_task(call.tool, earlier)
+            result.fields.setdefault("task", earlier.id)
+            return result
         ctx = self.context(cwd, mirror.name, tracked.call_id)
         if explicit:
             answer = await self.ask_policy(call, ctx)
@@ -350,6 +359,20 @@ class CallChain:
             token = str(result.fields.get("task") or tracked.token or "") or None
             self.registry.bind(tracked, token)
         return result
+
+    def _undelivered_task(self, chat: str, call: ToolCall) -> Any:
+        """The task this pending call started before, if its result was never
+        written (a result the user deleted was delivered: the call runs again)."""
+        if call.result is not None or not call.call_id:
+            return None
+        try:
+            task = self.tasks.find_by_call(chat, call.call_id)
+        except Exception:  # an unreadable store must not stop the call
+            log.warning("looking up earlier tasks of call %s failed", call.call_id, exc_info=True)
+            return None
+        if task is None or task.delivered:
+            return None
+        return task
 
     async def deliver(self, tracked: Tracked, result: ToolResult) -> None:
         """Write the result; a `running` one makes the call follow its task."""

@@ -117,6 +117,16 @@ class ResultWriter:
         )
         log.info("%s: result not written (%s)", what, why)
 
+    def delivered(self, result: ToolResult) -> None:
+        """A task's final result is in the chat: the store says so, so that the
+        call is never given its task's result twice nor run again by mistake."""
+        token = result.fields.get("task")
+        if token and result.status not in ("running", "queued"):
+            try:
+                self.tasks.mark_delivered(str(token))
+            except Exception:
+                log.warning("marking task %s delivered failed", token, exc_info=True)
+
     # -- the queue -----------------------------------------------------------------
     def _result_item(self, tracked: Tracked, result: ToolResult) -> Pending:
         token = result.fields.get("task")
@@ -243,6 +253,7 @@ class _Batch:
             writer.lost(item.tracked, "its block was deleted", item.result)
             item.resolve(False)
         for item in self.written:
+            writer.delivered(item.result)  # type: ignore[arg-type]
             writer.on_written(item.tracked, item.result)  # type: ignore[arg-type]
             item.resolve(True)
         for item in batch:

@@ -108,6 +108,33 @@ def read_exit(log_dir: str) -> ExitRecord | None:
     return ExitRecord(code, sig, ended)
 
 
+def find_supervisor(log_dir: str) -> tuple[int, str] | None:
+    """The live supervisor wrapper writing into `log_dir` (pid, start token), if any.
+
+    For a task whose start never reached the store (its host was killed between
+    spawning the wrapper and saving its pid): the wrapper names its log dir in
+    its argv, and only a wrapper of ours has SUPERVISOR_NAME as its $0. Linux
+    only (/proc); elsewhere such a task is reported as lost, never run again.
+    """
+    if not os.path.isdir("/proc/self"):
+        return None
+    want = os.fsencode(log_dir)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        # /bin/sh -c WRAPPER sidekick-task COMMAND LOG_DIR UMASK [TASK_ID]
+        if len(argv) > 5 and argv[3] == SUPERVISOR_NAME.encode() and argv[5] == want:
+            token = start_token(int(entry))
+            if token:
+                return int(entry), token
+    return None
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How a task process ended, as far as we can tell."""

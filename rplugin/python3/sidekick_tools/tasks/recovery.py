@@ -20,7 +20,7 @@ from .log_follower import LogFollower
 from .log_limit import LIMIT_ERROR, cut_at_exit
 from .model import ACTIVE, Reason, Task, TaskStatus, transition
 from .on_exit_summarize import combine_summary, scan_for_summary, take_counts
-from .process import AdoptedProcess, Outcome, read_exit
+from .process import AdoptedProcess, Outcome, find_supervisor, read_exit
 from .store import StoreError, TaskQuery
 from .supervisor import FINAL_FIELDS, StopRequest, settle
 
@@ -51,18 +51,40 @@ async def recover(engine: TaskEngine) -> None:
             log.exception("task %s: recovery failed", task.id)
 
 
+def _started_unrecorded(task: Task) -> bool:
+    """A queued task whose supervisor wrapper did start (it is alive, or it
+    opened the logs, its first act): now `running`, with the wrapper's identity
+    when it still lives."""
+    if not task.log_dir:
+        return False
+    found = find_supervisor(task.log_dir)
+    if found is None and not os.path.exists(os.path.join(task.log_dir, "stdout")):
+        return False
+    transition(task, TaskStatus.RUNNING)
+    if found is not None:
+        task.pid, task.pid_start = found
+    return True
+
+
 async def _recover_one(engine: TaskEngine, task: Task) -> None:
     expect = {"status": task.status.value, "owner": task.owner}
-    if task.status is TaskStatus.QUEUED:
+    started: tuple[str, ...] = ()  # fields of a start the store never heard of
+    if task.status is TaskStatus.QUEUED and _started_unrecorded(task):
+        # Its wrapper started, but the host died before saving that: it runs
+        # (or ran) once, and is taken up as a running task, never started again.
+        started = ("status", "started_at", "pid", "pid_start")
+    elif task.status is TaskStatus.QUEUED:
         transition(task, TaskStatus.FAILED, reason=Reason.HOST_RESTARTED)
         task.error = "the task never started: its Neovim or host exited first"
         if engine.save(task, ("status", "reason", "ended_at", "error"), expect=expect):
             engine.emit("finished", task)
         return
+    # Alive first, then the record: a wrapper found dead has written all it will.
+    alive = is_alive(task.pid, task.pid_start)
     record = read_exit(task.log_dir) if task.log_dir else None
-    if record is None and is_alive(task.pid, task.pid_start):
+    if record is None and alive:
         task.owner = engine.owner
-        if not engine.save(task, ("owner",), expect=expect):
+        if not engine.save(task, ("owner", *started), expect=expect):
             return  # another instance adopted it first
         assert task.pid is not None
         poll = engine.tuning.adopted_poll_interval
@@ -82,5 +104,6 @@ async def _recover_one(engine: TaskEngine, task: Task) -> None:
         task.error = "the host restarted and the task's process is gone"
     task.summary = combine_summary(task.status, out, err)
     take_counts(task, follower)
-    if engine.save(task, FINAL_FIELDS, expect=expect):
+    fields = (*FINAL_FIELDS, *(f for f in started if f not in FINAL_FIELDS))
+    if engine.save(task, fields, expect=expect):
         engine.emit("finished", task)

@@ -1,0 +1,162 @@
+"""The host killed with SIGKILL at the worst moments, in a real headless Neovim
+(issue 15, DESIGN §12): no call runs twice, every call ends in a true state,
+and tasks die with their Neovim even when the host died first."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+HEAD = "USER: go\n\nASSISTANT: On it.\n\n"
+
+
+def call(call_id: str, command: str) -> str:
+    return f"```tool run_terminal_command id={call_id}\n{json.dumps({'command': command})}\n```\n"
+
+
+def host_pid(editor) -> int:
+    return editor.lua(
+        "local chan = require('sidekick_tools.host').channel()\n"
+        "return chan and vim.fn.jobpid(chan) or 0"
+    )
+
+
+def kill_host(editor) -> None:
+    pid = host_pid(editor)
+    assert pid > 0
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not editor.lua("return require('sidekick_tools.host').running()"), 10)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def counts(folder: Path) -> dict[str, int]:
+    """How many times each call's command ran, as the commands counted it."""
+    return {p.name: len(p.read_text()) for p in folder.iterdir()}
+
+
+def test_kill_9_during_a_burst_of_300_writes_runs_each_call_once(editor):
+    """300 calls run with :SidekickRunTools!; the host is killed while their
+    running and final blocks are being written. A new host, and the user
+    running the pending calls again, leave every call with one final result and
+    every command run exactly once."""
+    n = 300
+    folder = editor.workdir / "counts"
+    folder.mkdir()
+    editor.setup(tasks={"hybrid_threshold": 0, "max_concurrent": 20})
+    ids = [f"c{i:03d}" for i in range(n)]
+    text = HEAD + "\n".join(call(i, f"printf x >> counts/{i}") for i in ids)
+    buf = editor.open_chat(text)
+    editor.lua("return require('sidekick_tools').run_tools(0, { confirm = false })")
+    # kill it mid-burst: some commands ran, not every result is written
+    wait_for(lambda: len(list(folder.iterdir())) >= n // 3, 60)
+    kill_host(editor)
+    written = editor.text(buf).count("```result id=")
+    assert written < 2 * n, "the burst was over before the kill"
+
+    def final(i: str, body: str | None = None) -> str | None:
+        """The call's final result header, once it has one."""
+        body = editor.text(buf) if body is None else body
+        head = f"```result id={i} status="
+        if head not in body:
+            return None
+        line = head + body.split(head)[1].split("\n")[0]
+        return None if "status=running" in line else line
+
+    def settled() -> bool:
+        body = editor.text(buf)
+        return all(final(i, body) for i in ids)
+
+    # the user runs what is still pending; the new host also takes the running blocks up
+    for _ in range(3):
+        try:
+            editor.lua("return require('sidekick_tools').run_tools(0, { confirm = false })")
+        except Exception as exc:  # nothing pending any more: only running blocks were left
+            assert "no pending" in str(exc)
+        try:
+            wait_for(settled, 60)
+            break
+        except AssertionError:
+            continue
+    assert settled(), editor.text(buf)
+    ran = counts(folder)
+    twice = {name: times for name, times in ran.items() if times != 1}
+    assert not twice, f"commands run more than once: {twice}"
+    # every call's result is true: completed ones ran (once), and a task its
+    # host never started (queued when it was killed) says so and did not run
+    body = editor.text(buf)
+    for i in ids:
+        line = final(i, body)
+        if "status=completed" in line:
+            assert ran.get(i) == 1, line
+            continue
+        assert "reason=host_restarted" in line, line
+        token = line.split("task=")[1].split()[0]
+        task = editor.lua("return require('sidekick_tools').get_task(...)", token)
+        assert task["error"].startswith("the task never started"), task
+        assert i not in ran, f"{i} ran but says it never started"
+    assert sum(1 for i in ids if "status=completed" in final(i, body)) >= n // 3
+
+
+def test_a_call_whose_host_died_while_it_waited_gets_its_own_task(editor):
+    """The host dies while a call waits for its task (nothing written yet):
+    running the call again follows that task instead of starting it twice."""
+    gate = editor.workdir / "gate"
+    editor.setup(tasks={"hybrid_threshold": 30})
+    command = f"printf x >> once; while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"
+    buf = editor.open_chat(HEAD + call("w1", command))
+    editor.run_tool(5)
+    once = editor.workdir / "once"
+    wait_for(once.exists, 20)
+    kill_host(editor)
+    assert "```result" not in editor.text(buf)  # the call still reads as pending
+    editor.run_tool(5)  # a new host: the call's task is found, not started again
+    editor.wait_text("```result id=w1 status=running")
+    gate.touch()
+    body = editor.wait_text("```result id=w1 status=completed", buf)
+    assert "finished" in body
+    assert once.read_text() == "x"
+    # a result the user deletes is delivered: running the call again runs it again
+    lines = editor.lines(buf)
+    start = next(i for i, line in enumerate(lines) if line.startswith("```result id=w1"))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i] == "```")
+    editor.lua("local s, e = ...; vim.api.nvim_buf_set_lines(0, s, e, false, {})", start, end + 1)
+    editor.run_tool(5)
+    editor.wait_text("```result id=w1 status=completed", buf)
+    assert once.read_text() == "xx"
+
+
+def test_tasks_die_with_neovim_when_the_host_died_first(editors):
+    """kill_on_exit holds after a host crash: :qa halts the tasks it left."""
+    ed = editors()
+    ed.setup(tasks={"hybrid_threshold": 0})
+    pidfile = ed.workdir / "pid"
+    ed.open_chat(HEAD + call("s1", f"sh -c 'echo $$ > {pidfile}; exec sleep 300'"))
+    ed.run_tool(5)
+    ed.wait_text("```result id=s1 status=running")
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 20)
+    sleeper = int(pidfile.read_text())
+    assert alive(sleeper)
+    kill_host(ed)
+    assert alive(sleeper)  # the crash alone leaves it running: its Neovim is still open
+    nvim_pid = ed.nvim.eval("getpid()")
+    try:
+        ed.nvim.command("qa!")
+    except Exception:  # the channel closes as Neovim exits
+        pass
+    wait_for(lambda: not alive(nvim_pid), 20)
+    wait_for(lambda: not alive(sleeper), 10)
