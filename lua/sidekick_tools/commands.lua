@@ -58,6 +58,9 @@ function run.SidekickOutput(a)
   require("sidekick_tools.consumers.output_view").open_from_args(a.args)
 end
 
+run.SidekickSend = calls("sidekick_tools", "send")
+run.SidekickStop = calls("sidekick_tools", "stop")
+
 run.SidekickInstall = calls("sidekick_tools.install", "run")
 run.SidekickMcp = calls("sidekick_tools.mcp", "print")
 
@@ -83,6 +86,8 @@ M.list = {
   { name = "SidekickHalt", nargs = "?", key = "halt" },
   { name = "SidekickTasks", nargs = "?", bang = true, key = "tasks", complete = statuses },
   { name = "SidekickOutput", nargs = "*", key = "output" },
+  { name = "SidekickSend", nargs = 0, key = "send" },
+  { name = "SidekickStop", nargs = 0, key = "stop" },
   { name = "SidekickInstall", nargs = 0 },
   { name = "SidekickMcp", nargs = 0 },
 }
@@ -95,6 +100,8 @@ local DESC = {
   SidekickTasks = "List this Neovim's tasks (!: every Neovim's and MCP client's): "
     .. "[running|completed|failed|all]",
   SidekickOutput = "Live view of a task's output: [TOKEN] [/regex/]",
+  SidekickSend = "Send the chat to its model; the reply streams in and its tool calls run",
+  SidekickStop = "Stop the reply streaming into the chat, and the loop (tasks keep running)",
   SidekickInstall = "Create the plugin's own Python venv with pynvim (and mcp on Python 3.10+)",
   SidekickMcp = "Print the command that registers the MCP server",
 }
