@@ -300,6 +300,13 @@ M.options = {
     { "boolean", "table" },
     "Call states in the sign column (a table: the signs handler's options)",
   },
+  {
+    "ui.fold_thinking",
+    true,
+    "boolean",
+    "Thinking blocks of replies fold, closed, in the windows showing a chat (a window-local "
+      .. "'foldexpr'; false: your own fold settings there)",
+  },
   -- chat buffers: each the key of a command (commands.lua names it), or false
   { "keymaps.run_tool", "<leader>sr", KEY, "Chat buffers: key of :SidekickRunTool" },
   { "keymaps.run_tools", "<leader>sR", KEY, "Chat buffers: key of :SidekickRunTools" },
