@@ -6,6 +6,7 @@ import importlib.util
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -147,7 +148,12 @@ def test_plugin_loaded_after_start_up_like_a_lazy_loader(tmp_path, monkeypatch):
 
 
 def test_checkhealth_reports_interpreter_and_storage(editor):
-    editor.setup()
+    # its chat section asks each provider's base_url: one on loopback, not listening
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    local = {"kind": "openai", "base_url": f"http://127.0.0.1:{port}/v1"}
+    editor.setup(chat={"model": "local/m", "providers": {"local": local}})
     editor.open_chat(CHAT)
     editor.run_tool(5)
     editor.wait_text("```result id=c1 status=completed exit=0")
@@ -162,6 +168,7 @@ def test_checkhealth_reports_interpreter_and_storage(editor):
     assert "host running" in text
     assert "task store: sqlite" in text
     assert f"is importable by {sys.executable}" in text  # the MCP server's optional package
+    assert f"provider local: http://127.0.0.1:{port}/v1 does not answer" in text
     assert "ERROR" not in text
 
 
