@@ -124,7 +124,7 @@ local DESC = {
   SidekickStop = "Stop the reply streaming into the chat, and the loop (tasks keep running)",
   SidekickChat = "Open a new chat file under chat.dir: [provider/model] (default chat.model)",
   SidekickModel = "Show the chat's model, or set it in its front matter: [provider/model]",
-  SidekickInstall = "Create the plugin's own Python venv with pynvim (and mcp on Python 3.10+)",
+  SidekickInstall = "Create the plugin's Python venv: pynvim (and httpx2, mcp on Python 3.10+)",
   SidekickMcp = "Print the command that registers the MCP server",
 }
 
