@@ -77,6 +77,9 @@ end
 
 --- Scan `buf` up to and including row `upto` (0-based).
 local function scan_to(buf, scan, upto)
+  if scan.scanned > upto then
+    return
+  end
   local total = vim.api.nvim_buf_line_count(buf)
   local fences, roles = scan.fences, scan.roles
   local last = fences[#fences]
@@ -168,7 +171,8 @@ function M.block_at(buf, row)
 end
 
 --- 'foldexpr' of a chat window: level 1 on a thinking block, a new fold at
---- each block's first row, 0 elsewhere.
+--- each block's first row, 0 elsewhere. Absolute levels: a line's level never
+--- depends on the one above, so an edit re-evaluates only the rows it changed.
 function M.expr()
   local row = vim.v.lnum - 1
   local block = M.block_at(vim.api.nvim_get_current_buf(), row)
@@ -190,10 +194,6 @@ end
 
 local OPTIONS = { "foldmethod", "foldexpr", "foldtext", "foldlevel" }
 
-local function set_local(win, name, value)
-  vim.api.nvim_set_option_value(name, value, { scope = "local", win = win })
-end
-
 --- Window `win` shows chat `buf`: with ui.fold_thinking, its thinking blocks
 --- fold, closed. Only this buffer in this window is changed (as :setlocal).
 function M.apply(win, buf)
@@ -203,10 +203,13 @@ function M.apply(win, buf)
   local ui = config.current.ui or {}
   if ui.fold_thinking then
     scan_of(buf)
-    set_local(win, "foldmethod", "expr")
-    set_local(win, "foldexpr", M.EXPR)
-    set_local(win, "foldtext", M.TEXT)
-    set_local(win, "foldlevel", 0)
+    vim.api.nvim_win_call(win, function()
+      local wo = vim.opt_local -- :setlocal: this buffer in this window
+      wo.foldmethod = "expr"
+      wo.foldexpr = M.EXPR
+      wo.foldtext = M.TEXT
+      wo.foldlevel = 0
+    end)
   elseif vim.wo[win].foldexpr == M.EXPR then
     -- turned off: the window takes the global fold settings back, and the
     -- folds made here do not stay behind as manual ones
