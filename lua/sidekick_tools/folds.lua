@@ -201,8 +201,12 @@ function M.apply(win, buf)
     return
   end
   local ui = config.current.ui or {}
+  local ours = vim.wo[win].foldexpr == M.EXPR
   if ui.fold_thinking then
     scan_of(buf)
+    if ours then
+      return -- set already: folds the user opened (zR, a foldlevel) stay open
+    end
     vim.api.nvim_win_call(win, function()
       local wo = vim.opt_local -- :setlocal: this buffer in this window
       wo.foldmethod = "expr"
@@ -210,7 +214,7 @@ function M.apply(win, buf)
       wo.foldtext = M.TEXT
       wo.foldlevel = 0
     end)
-  elseif vim.wo[win].foldexpr == M.EXPR then
+  elseif ours then
     -- turned off: the window takes the global fold settings back, and the
     -- folds made here do not stay behind as manual ones
     vim.api.nvim_win_call(win, function()

@@ -102,6 +102,11 @@ def test_a_chats_thinking_blocks_are_closed_folds_and_nothing_else(editor):
     text_ = editor.lua("return vim.fn.foldtextresult(...)", opener)
     assert "thinking" in text_ and "6 lines" in text_ and "c2ln" not in text_
     assert "redacted" in editor.lua("return vim.fn.foldtextresult(...)", redacted)
+    # folds the user opened stay open when setup() runs again
+    editor.nvim.command("normal! zR")
+    editor.setup()
+    assert folds(editor) == []
+    editor.nvim.command("normal! zM")
     # the settings are the window's for this buffer only
     assert editor.lua("return vim.wo.foldmethod") == "expr"
     editor.nvim.command("enew")
