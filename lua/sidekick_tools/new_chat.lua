@@ -69,7 +69,11 @@ function M.open(spec)
   if not path then
     error("sidekick_tools: cannot create a chat in " .. dir .. ": " .. tostring(err), 0)
   end
-  vim.cmd.edit(vim.fn.fnameescape(path))
+  local ok, edit_err = pcall(vim.cmd.edit, vim.fn.fnameescape(path))
+  if not ok then -- the window cannot leave its buffer ('nohidden', unsaved): no chat left behind
+    uv.fs_unlink(path)
+    error("sidekick_tools: cannot open a new chat here: " .. tostring(edit_err), 0)
+  end
   vim.api.nvim_win_set_cursor(0, { #lines, #lines[#lines] })
   return path
 end

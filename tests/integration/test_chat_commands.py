@@ -158,6 +158,18 @@ def test_sidekick_chat_never_overwrites_a_file(editor, fake, tmp_path):
         assert path.read_text() == text
 
 
+def test_sidekick_chat_leaves_no_file_when_it_cannot_open_it(editor, fake, tmp_path):
+    chats = tmp_path / "chats"
+    setup(editor, fake, dir=str(chats))
+    editor.nvim.command("set nohidden")
+    editor.open_chat("USER: unsaved\n")
+    editor.nvim.command("call setline(1, 'USER: changed, not saved')")
+    editor.nvim.command("SidekickChat")
+    assert "E37" in errors(editor)[-1] or "No write" in errors(editor)[-1]
+    assert chat_files(chats) == []
+    assert editor.lines() == ["USER: changed, not saved"]
+
+
 def test_sidekick_chat_default_dir_is_under_stdpath_data(editor, fake):
     setup(editor, fake)
     editor.nvim.command("SidekickChat")
