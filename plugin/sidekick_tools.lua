@@ -35,6 +35,17 @@ vim.api.nvim_create_autocmd({ "BufReadPost", "BufNewFile" }, {
   end,
 })
 
+-- A window shows a chat: its thinking blocks fold (ui.fold_thinking), in that window only.
+vim.api.nvim_create_autocmd("BufWinEnter", {
+  group = group,
+  pattern = "*.sidekick.md",
+  callback = function(ev)
+    if (require("sidekick_tools.config").current.ui or {}).fold_thinking then
+      require("sidekick_tools.folds").apply(vim.api.nvim_get_current_win(), ev.buf)
+    end
+  end,
+})
+
 vim.api.nvim_create_autocmd("VimLeavePre", {
   group = group,
   callback = function()

@@ -58,8 +58,29 @@ function run.SidekickOutput(a)
   require("sidekick_tools.consumers.output_view").open_from_args(a.args)
 end
 
+run.SidekickSend = calls("sidekick_tools", "send")
+run.SidekickStop = calls("sidekick_tools", "stop")
+
+function run.SidekickChat(a)
+  require("sidekick_tools.new_chat").open(a.args)
+end
+
+function run.SidekickModel(a)
+  local models = require("sidekick_tools.models")
+  local buf = vim.api.nvim_get_current_buf()
+  if vim.trim(a.args or "") == "" then
+    models.show(buf)
+  else
+    models.set(buf, a.args)
+  end
+end
+
 run.SidekickInstall = calls("sidekick_tools.install", "run")
 run.SidekickMcp = calls("sidekick_tools.mcp", "print")
+
+local function model_specs(arglead)
+  return require("sidekick_tools.models").complete(arglead)
+end
 
 local function statuses()
   return vim.list_extend(vim.deepcopy(require("sidekick_tools.constants").task_statuses), { "all" })
@@ -83,6 +104,10 @@ M.list = {
   { name = "SidekickHalt", nargs = "?", key = "halt" },
   { name = "SidekickTasks", nargs = "?", bang = true, key = "tasks", complete = statuses },
   { name = "SidekickOutput", nargs = "*", key = "output" },
+  { name = "SidekickSend", nargs = 0, key = "send" },
+  { name = "SidekickStop", nargs = 0, key = "stop" },
+  { name = "SidekickChat", nargs = "?", complete = model_specs },
+  { name = "SidekickModel", nargs = "?", complete = model_specs },
   { name = "SidekickInstall", nargs = 0 },
   { name = "SidekickMcp", nargs = 0 },
 }
@@ -95,7 +120,11 @@ local DESC = {
   SidekickTasks = "List this Neovim's tasks (!: every Neovim's and MCP client's): "
     .. "[running|completed|failed|all]",
   SidekickOutput = "Live view of a task's output: [TOKEN] [/regex/]",
-  SidekickInstall = "Create the plugin's own Python venv with pynvim (and mcp on Python 3.10+)",
+  SidekickSend = "Send the chat to its model; the reply streams in and its tool calls run",
+  SidekickStop = "Stop the reply streaming into the chat, and the loop (tasks keep running)",
+  SidekickChat = "Open a new chat file under chat.dir: [provider/model] (default chat.model)",
+  SidekickModel = "Show the chat's model, or set it in its front matter: [provider/model]",
+  SidekickInstall = "Create the plugin's Python venv: pynvim (and httpx2, mcp on Python 3.10+)",
   SidekickMcp = "Print the command that registers the MCP server",
 }
 

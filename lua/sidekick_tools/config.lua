@@ -45,7 +45,19 @@ local function providers_check(providers)
     local key = type(p) == "table" and type(p.api_key) or nil
     if type(p) ~= "table" or (key ~= "nil" and key ~= "string" and key ~= "function") then
       return string.format(
-        "chat.providers.%s must be a table { kind, base_url, api_key } (api_key: a string or a function)",
+        "chat.providers.%s must be a table { kind, base_url, api_key, models } "
+          .. "(api_key: a string or a function)",
+        tostring(name)
+      )
+    end
+    local models = p.models
+    local listed = models == nil or (type(models) == "table" and vim.islist(models))
+    for _, model in ipairs(listed and models or {}) do
+      listed = listed and type(model) == "string" and model ~= ""
+    end
+    if not listed then
+      return string.format(
+        'chat.providers.%s.models must be a list of model names, such as { "gpt-4.1" }',
         tostring(name)
       )
     end
@@ -191,7 +203,8 @@ M.options = {
     },
     "table",
     'Providers by name: { kind = "anthropic" | "openai", base_url = nil, api_key = "env:NAME" | '
-      .. '"cmd:..." | function }; setting it replaces these',
+      .. '"cmd:..." | function, models = { "model", ... } (offered by :SidekickChat and '
+      .. ":SidekickModel completion) }; setting it replaces these",
     check = providers_check,
   },
   {
@@ -286,6 +299,13 @@ M.options = {
     true,
     { "boolean", "table" },
     "Call states in the sign column (a table: the signs handler's options)",
+  },
+  {
+    "ui.fold_thinking",
+    true,
+    "boolean",
+    "Thinking blocks of replies fold, closed, in the windows showing a chat (a window-local "
+      .. "'foldexpr'; false: your own fold settings there)",
   },
   -- chat buffers: each the key of a command (commands.lua names it), or false
   { "keymaps.run_tool", "<leader>sr", KEY, "Chat buffers: key of :SidekickRunTool" },

@@ -89,6 +89,8 @@ function M.check()
     )
   end
 
+  M.check_chat(h, python)
+
   h.start("sidekick_tools: storage")
   local dir = config.state_dir()
   h.info("state dir: " .. dir)
@@ -112,6 +114,103 @@ function M.check()
     h.ok("task store: sqlite " .. db)
   else
     h.info("task store: sqlite " .. db .. " (created on first use)")
+  end
+end
+
+--- The chat loop (DESIGN §10): httpx2, the model of new chats, and each
+--- configured provider (its key resolves, its base_url answers; the key is
+--- never shown).
+function M.check_chat(h, python)
+  local config = require("sidekick_tools.config")
+  local check = require("sidekick_tools.provider_check")
+  local at_least = require("sidekick_tools.mcp").at_least
+
+  h.start("sidekick_tools: chat (talking to a model)")
+  local info = check.python_info(python)
+  if not info then
+    h.warn("could not ask " .. python .. " for its version and httpx2")
+  elseif not at_least(info.python, 3, 10) then
+    h.warn(
+      string.format("Python %s: the chat loop needs Python 3.10 or later", info.python),
+      { "tools and tasks work without it", "set setup({ python = ... }) to a newer interpreter" }
+    )
+  elseif info.httpx2 then
+    h.ok(string.format("httpx2 %s is importable by %s", info.httpx2, python))
+  else
+    h.warn(
+      "httpx2 is not importable by "
+        .. python
+        .. (info.httpx2_error and " (" .. info.httpx2_error .. ")" or "")
+        .. ": the chat loop needs it; tools and tasks work without it",
+      { ":SidekickInstall installs it", "or: " .. python .. " -m pip install 'httpx2>=2.14,<3'" }
+    )
+  end
+
+  local chat = config.current.chat or {}
+  local models = require("sidekick_tools.models")
+  local problem = models.problem(chat.model or "")
+  if problem then
+    h.error("chat.model " .. tostring(chat.model) .. ": " .. problem:gsub("^sidekick_tools: ", ""))
+  else
+    h.ok("chat.model (new chats): " .. chat.model)
+  end
+
+  local names = models.providers()
+  if #names == 0 then
+    h.warn("no provider in chat.providers", { ":h sidekick_tools-chat-providers" })
+    return
+  end
+  local kinds = check.kinds()
+  -- every key is checked at once, then every base_url whose provider has a key
+  -- (or needs none): a provider that cannot be used is not contacted
+  local found = {}
+  for _, name in ipairs(names) do
+    local p = check.describe(name, chat.providers[name])
+    found[name] = { p = p, known = vim.tbl_contains(kinds, p.kind) }
+    found[name].key = check.check_key(python, p.api_key)
+  end
+  for _, name in ipairs(names) do
+    local f = found[name]
+    f.key = f.key()
+    if f.known and f.p.base_url ~= "" and f.key.ok then
+      f.url = check.check_url(python, f.p.base_url)
+    end
+  end
+  for _, name in ipairs(names) do
+    local f = found[name]
+    local p, key = f.p, f.key
+    local url = check.shown_url(p.base_url)
+    if not f.known then
+      h.error(
+        string.format(
+          'provider %s: kind "%s" is not a wire protocol the plugin speaks (%s)',
+          name,
+          p.kind,
+          table.concat(kinds, ", ")
+        )
+      )
+    elseif p.base_url == "" then
+      h.error(string.format("provider %s (kind %s): no base_url", name, p.kind))
+    else
+      h.info(string.format("provider %s: kind %s, base_url %s", name, p.kind, url))
+    end
+    if key.ok then
+      local advice = key.advice and " (" .. key.advice[1] .. ")" or ""
+      h.ok(string.format("provider %s: %s%s", name, key.text, advice))
+    else
+      h.warn(string.format("provider %s: %s", name, key.text), key.advice)
+    end
+    if f.url then
+      local answer = f.url()
+      local text = string.format("provider %s: %s %s", name, url, answer.text)
+      if answer.ok then
+        h.ok(text)
+      else
+        h.warn(text, { "is the server running, and base_url right? (a proxy from $https_proxy?)" })
+      end
+    elseif f.known and p.base_url ~= "" then
+      h.info(string.format("provider %s: %s not contacted (no key)", name, url))
+    end
   end
 end
 

@@ -55,6 +55,9 @@ function M.setup(opts)
     client().configure()
   end
   require("sidekick_tools.keymaps").apply_to_open_chats()
+  if package.loaded["sidekick_tools.folds"] or (config.current.ui or {}).fold_thinking then
+    require("sidekick_tools.folds").apply_to_open_chats()
+  end
   return M
 end
 

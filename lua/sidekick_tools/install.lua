@@ -1,5 +1,6 @@
 -- :SidekickInstall: a venv of the plugin's own under stdpath("data") with pynvim,
--- and the `mcp` package for the MCP server when the venv's Python is 3.10 or later.
+-- and, when the venv's Python is 3.10 or later, `httpx2` for the chat loop and
+-- `mcp` for the MCP server (the specs of pyproject.toml's `chat` and `mcp` extras).
 -- Runs asynchronously; the editor stays usable and the result is reported.
 local M = {}
 
@@ -19,11 +20,15 @@ local function step(cmd, on_done)
   end)
 end
 
+M.CORE = { "pynvim>=0.5" }
+-- Python 3.10+ only: the chat loop's HTTP client, and the MCP server's SDK
+M.NEWER = { "httpx2>=2.14,<3", "mcp>=2.3,<3" }
+
 --- What pip installs into a venv whose Python is `version` ("3.11").
 function M.packages(version)
-  local list = { "pynvim>=0.5" }
+  local list = vim.deepcopy(M.CORE)
   if require("sidekick_tools.mcp").at_least(version, 3, 10) then
-    table.insert(list, "mcp>=2.3,<3")
+    vim.list_extend(list, M.NEWER)
   end
   return list
 end
@@ -63,8 +68,8 @@ function M.run(on_done)
         return
       end
       host.stop()
-      local note = #packages > 1 and ""
-        or "\n(the MCP server needs Python 3.10 or later; this venv has "
+      local note = #packages > #M.CORE and ""
+        or "\n(talking to a model and the MCP server need Python 3.10 or later; this venv has "
           .. tostring(info.version)
           .. ")"
       report(

@@ -6,6 +6,7 @@ import importlib.util
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_for
+from tests.integration.conftest import ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -147,7 +149,12 @@ def test_plugin_loaded_after_start_up_like_a_lazy_loader(tmp_path, monkeypatch):
 
 
 def test_checkhealth_reports_interpreter_and_storage(editor):
-    editor.setup()
+    # its chat section asks each provider's base_url: one on loopback, not listening
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    local = {"kind": "openai", "base_url": f"http://127.0.0.1:{port}/v1"}
+    editor.setup(chat={"model": "local/m", "providers": {"local": local}})
     editor.open_chat(CHAT)
     editor.run_tool(5)
     editor.wait_text("```result id=c1 status=completed exit=0")
@@ -162,6 +169,7 @@ def test_checkhealth_reports_interpreter_and_storage(editor):
     assert "host running" in text
     assert "task store: sqlite" in text
     assert f"is importable by {sys.executable}" in text  # the MCP server's optional package
+    assert f"provider local: http://127.0.0.1:{port}/v1 does not answer" in text
     assert "ERROR" not in text
 
 
@@ -192,6 +200,31 @@ def test_keymaps_are_buffer_local_and_configurable(editor):
     editor.wait_text("```result id=c1 status=completed exit=0")
 
 
+def dependencies() -> str:
+    text = (ROOT / "pyproject.toml").read_text()
+    m = re.search(r"^dependencies = \[(.*)\]$", text, re.M)
+    assert m
+    return m.group(1)
+
+
+def extra(name: str) -> list[str]:
+    """The requirement strings of pyproject.toml's extra `name`, without markers."""
+    text = (ROOT / "pyproject.toml").read_text()
+    line = re.search(rf"^{name} = \[(.*)\]$", text, re.M)
+    assert line, name
+    return [spec.split(";")[0].strip() for spec in re.findall(r'"([^"]+)"', line.group(1))]
+
+
+def test_sidekick_install_installs_what_pyproject_names(editor):
+    """pynvim always; httpx2 (the chat loop) and mcp on Python 3.10+, with the
+    version specs of pyproject.toml's dependencies and its chat and mcp extras."""
+    packages = "return require('sidekick_tools.install').packages(...)"
+    core = [s.split(";")[0] for s in re.findall(r'"([^"]+)"', dependencies())]
+    assert editor.lua(packages, "3.9") == core
+    assert editor.lua(packages, "3.11") == core + extra("chat") + extra("mcp")
+    assert editor.lua(packages, "3.10") == editor.lua(packages, "3.13")
+
+
 @pytest.mark.skipif(os.environ.get("SIDEKICK_SKIP_INSTALL_TEST") == "1", reason="opted out")
 def test_sidekick_install_creates_a_working_venv(editor):
     editor.lua(
@@ -202,8 +235,8 @@ def test_sidekick_install_creates_a_working_venv(editor):
     assert res[0] is True, res[1]
     venv_python = editor.lua("return require('sidekick_tools.host').venv_python()")
     assert Path(venv_python).exists()
-    if sys.version_info >= (3, 10):  # the MCP server's package comes along
-        probe = [venv_python, "-c", "import mcp.server.lowlevel"]
+    if sys.version_info >= (3, 10):  # the chat loop's and the MCP server's packages come along
+        probe = [venv_python, "-c", "import httpx2, mcp.server.lowlevel"]
         assert subprocess.run(probe, cwd=editor.state_dir.parent).returncode == 0
     # with no python configured, the plugin now uses that venv
     editor.lua("require('sidekick_tools').setup({ state_dir = ... })", str(editor.state_dir))

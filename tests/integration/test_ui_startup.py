@@ -79,7 +79,7 @@ def no_pynvim_python(tmp_path) -> str:
 
 def test_a_missing_pynvim_is_said_once_with_the_fix(editor, tmp_path):
     python = no_pynvim_python(tmp_path)
-    editor.setup(python=python)
+    editor.setup(python=python, chat={"providers": {}})  # :checkhealth below contacts none
     editor.open_chat(chat(call_block("run_terminal_command", {"command": "echo a"}, "a")))
     settle(editor)
     assert editor.notifications() == []  # opening it starts nothing, so says nothing

@@ -1,0 +1,241 @@
+-- Thinking blocks fold closed (ui.fold_thinking): a window-local 'foldexpr'
+-- on the windows showing a chat, whose only folds are the ```thinking blocks
+-- of ASSISTANT messages, found by the chat parser's rules (chat/parser.py): a
+-- fence opens at column 0 with 3+ backticks and an info string without one,
+-- closes on a line of at least as many backticks; role markers inside a fence
+-- are text.
+--
+-- Each buffer's blocks are found by one scan that goes no further than the
+-- rows 'foldexpr' asks about, and an edit rewinds it to the edited row only
+-- (nvim_buf_attach): a reply streaming at the end of a long chat rescans only
+-- its own rows.
+local config = require("sidekick_tools.config")
+
+local M = {}
+
+local BACKTICK = 96
+local CHUNK = 1000 -- rows read per nvim_buf_get_lines while scanning
+
+M.EXPR = "v:lua.require'sidekick_tools.folds'.expr()"
+M.TEXT = "v:lua.require'sidekick_tools.folds'.text()"
+
+---@class sidekick_tools.Fence
+---@field open integer 0-based row of the opening fence
+---@field close integer|nil 0-based row of the closing fence; nil while open
+---@field len integer backticks of the opening fence
+---@field thinking boolean a thinking block of an ASSISTANT message
+
+---@class sidekick_tools.FoldScan
+---@field scanned integer rows [0, scanned) are scanned
+---@field fences sidekick_tools.Fence[] every fenced block, in order
+---@field roles { row: integer, role: string }[] role markers outside fences, in order
+---@field dirty integer|nil lowest row changed since the scan went past it
+
+local scans = {} ---@type table<integer, sidekick_tools.FoldScan>
+
+local function fresh()
+  return { scanned = 0, fences = {}, roles = {} }
+end
+
+local ROLES = { S = "SYSTEM:", U = "USER:", A = "ASSISTANT:" }
+
+--- The role a line starting a message names, or nil.
+local function role_of(line)
+  local marker = ROLES[line:sub(1, 1)]
+  if marker and line:sub(1, #marker) == marker then
+    return marker:sub(1, -2)
+  end
+end
+
+--- Count of the backticks starting `line`.
+local function backticks(line)
+  local n = 0
+  while line:byte(n + 1) == BACKTICK do
+    n = n + 1
+  end
+  return n
+end
+
+--- Forget what the scan found at `row` and after: the scan resumes there.
+local function rewind(scan, row)
+  if row >= scan.scanned then
+    return
+  end
+  local fences, roles = scan.fences, scan.roles
+  while #roles > 0 and roles[#roles].row >= row do
+    table.remove(roles)
+  end
+  while #fences > 0 and fences[#fences].open >= row do
+    table.remove(fences)
+  end
+  local last = fences[#fences]
+  if last and last.close and last.close >= row then
+    last.close = nil -- open again: its closing row is to be found anew
+  end
+  scan.scanned = row
+end
+
+--- Scan `buf` up to and including row `upto` (0-based).
+local function scan_to(buf, scan, upto)
+  if scan.scanned > upto then
+    return
+  end
+  local total = vim.api.nvim_buf_line_count(buf)
+  local fences, roles = scan.fences, scan.roles
+  local last = fences[#fences]
+  local open = last and last.close == nil and last or nil
+  local role = roles[#roles] and roles[#roles].role
+  while scan.scanned <= upto and scan.scanned < total do
+    local from = scan.scanned
+    local to = math.min(total, math.max(upto + 1, from + CHUNK))
+    local lines = vim.api.nvim_buf_get_lines(buf, from, to, false)
+    for i, line in ipairs(lines) do
+      local row = from + i - 1
+      if line:byte(1) == BACKTICK then
+        local n = backticks(line)
+        if open then
+          if n >= open.len and line:sub(n + 1):match("^%s*$") then
+            open.close = row
+            open = nil
+          end
+        elseif n >= 3 and not line:find("`", n + 1, true) then
+          local info = line:sub(n + 1)
+          local word = info:match("^%s*(%S+)")
+          open = { open = row, len = n, thinking = word == "thinking" and role == "ASSISTANT" }
+          table.insert(fences, open)
+        end
+      elseif not open then
+        local r = role_of(line)
+        if r then
+          role = r
+          table.insert(roles, { row = row, role = r })
+        end
+      end
+    end
+    scan.scanned = from + #lines
+  end
+end
+
+--- The scan of `buf`, following its edits from now on.
+local function scan_of(buf)
+  local scan = scans[buf]
+  if scan then
+    return scan
+  end
+  scan = fresh()
+  scans[buf] = scan
+  vim.api.nvim_buf_attach(buf, false, {
+    on_lines = function(_, b, _, first)
+      local s = scans[b]
+      if not s then
+        return true -- no longer followed: detach
+      end
+      s.dirty = math.min(s.dirty or first, first)
+    end,
+    on_reload = function(_, b)
+      if scans[b] then
+        scans[b] = fresh()
+      end
+    end,
+    on_detach = function(_, b)
+      scans[b] = nil
+    end,
+  })
+  return scan
+end
+
+--- The thinking block holding row `row` (0-based) of `buf`, or nil.
+---@return sidekick_tools.Fence|nil
+function M.block_at(buf, row)
+  local scan = scan_of(buf)
+  if scan.dirty then
+    rewind(scan, scan.dirty)
+    scan.dirty = nil
+  end
+  scan_to(buf, scan, row)
+  -- the last fence opened at or before `row`
+  local fences = scan.fences
+  local lo, hi = 1, #fences
+  local found
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    if fences[mid].open <= row then
+      found, lo = fences[mid], mid + 1
+    else
+      hi = mid - 1
+    end
+  end
+  if found and found.thinking and (found.close == nil or found.close >= row) then
+    return found
+  end
+end
+
+--- 'foldexpr' of a chat window: level 1 on a thinking block, a new fold at
+--- each block's first row, 0 elsewhere. Absolute levels: a line's level never
+--- depends on the one above, so an edit re-evaluates only the rows it changed.
+function M.expr()
+  local row = vim.v.lnum - 1
+  local block = M.block_at(vim.api.nvim_get_current_buf(), row)
+  if not block then
+    return "0"
+  end
+  return block.open == row and ">1" or "1"
+end
+
+--- 'foldtext' of a chat window: what is folded, never the signature.
+function M.text()
+  local first = vim.fn.getline(vim.v.foldstart)
+  local rows = vim.v.foldend - vim.v.foldstart - 1
+  if first:match("^`+%s*thinking%s.*redacted=") then
+    return "▸ thinking (redacted)"
+  end
+  return string.format("▸ thinking (%d line%s)", rows, rows == 1 and "" or "s")
+end
+
+local OPTIONS = { "foldmethod", "foldexpr", "foldtext", "foldlevel" }
+
+--- Window `win` shows chat `buf`: with ui.fold_thinking, its thinking blocks
+--- fold, closed. Only this buffer in this window is changed (as :setlocal).
+function M.apply(win, buf)
+  if not (vim.api.nvim_win_is_valid(win) and vim.api.nvim_win_get_buf(win) == buf) then
+    return
+  end
+  local ui = config.current.ui or {}
+  local ours = vim.wo[win].foldexpr == M.EXPR
+  if ui.fold_thinking then
+    scan_of(buf)
+    if ours then
+      return -- set already: folds the user opened (zR, a foldlevel) stay open
+    end
+    vim.api.nvim_win_call(win, function()
+      local wo = vim.opt_local -- :setlocal: this buffer in this window
+      wo.foldmethod = "expr"
+      wo.foldexpr = M.EXPR
+      wo.foldtext = M.TEXT
+      wo.foldlevel = 0
+    end)
+  elseif ours then
+    -- turned off: the window takes the global fold settings back, and the
+    -- folds made here do not stay behind as manual ones
+    vim.api.nvim_win_call(win, function()
+      vim.cmd("setlocal " .. table.concat(OPTIONS, "< ") .. "<")
+      if vim.wo.foldmethod == "manual" then
+        vim.cmd("normal! zE")
+      end
+    end)
+    scans[buf] = nil
+  end
+end
+
+--- setup() ran (again): every window showing a chat follows ui.fold_thinking.
+function M.apply_to_open_chats()
+  local chats = require("sidekick_tools.chats")
+  for _, win in ipairs(vim.api.nvim_list_wins()) do
+    local buf = vim.api.nvim_win_get_buf(win)
+    if chats.is_chat(buf) then
+      M.apply(win, buf)
+    end
+  end
+end
+
+return M

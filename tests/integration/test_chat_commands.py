@@ -1,0 +1,267 @@
+"""The chat loop's commands and keys in a real headless Neovim (DESIGN §6, §10):
+:SidekickSend and :SidekickStop with their chat-buffer keys, :SidekickChat (a new
+chat file) and :SidekickModel (show or set a chat's model), against the fake
+provider on loopback."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.fake_provider import ThreadedFakeProvider, reply
+
+pytestmark = pytest.mark.integration
+
+KEY = "fake-key-" + "q" * 24
+
+
+@pytest.fixture
+def fake() -> Iterator[Any]:
+    with ThreadedFakeProvider(api_key=KEY) as server:
+        yield server
+
+
+def setup(editor, fake, **chat: Any) -> None:
+    editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
+    opts = chat.pop("opts", {})
+    editor.setup(
+        chat={
+            "model": "fake/test-model",
+            "providers": {
+                "fake": {
+                    "kind": "anthropic",
+                    "base_url": fake.anthropic_url,
+                    "api_key": "env:FAKE_KEY",
+                    "models": ["small", "large"],
+                },
+                "local": {"kind": "openai", "base_url": fake.openai_url, "models": ["llama"]},
+            },
+            **chat,
+        },
+        **opts,
+    )
+
+
+def feed(editor, keys: str) -> None:
+    editor.nvim.feedkeys(editor.nvim.replace_termcodes(keys, True, False, True), "x", False)
+
+
+def errors(editor) -> list[str]:
+    return [n for n in editor.notifications() if "sidekick_tools" in n]
+
+
+# --- :SidekickSend, :SidekickStop and their keys ----------------------------------------
+
+
+def test_send_and_stop_commands(editor, fake):
+    fake.push(
+        reply("First answer."),
+        reply("Part one. " * 30, chunk=5, hang_after=10),
+    )
+    setup(editor, fake)
+    editor.open_chat("USER: hello\n")
+    editor.nvim.command("SidekickSend")
+    editor.wait_text("ASSISTANT: First answer.")
+    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    assert fake.requests[0].json["model"] == "test-model"
+    # the second reply hangs mid-stream until :SidekickStop closes the connection
+    editor.nvim.command("call setline('$', 'USER: and more')")
+    editor.nvim.command("SidekickSend")
+    editor.wait_text("Part one. Part one.")
+    editor.nvim.command("SidekickStop")
+    editor.wait_text("```sidekick stopped")
+    wait_for(lambda: fake.requests[1].disconnected)
+
+
+def test_send_and_stop_keys_are_buffer_local_and_configurable(editor, fake):
+    fake.push(reply("Answer by key."), reply("word " * 40, chunk=4, hang_after=8))
+    setup(editor, fake, opts={"keymaps": {"send": "<F6>", "stop": "<F7>"}})
+    editor.open_chat("USER: by key\n")
+    for lhs, command in (("<F6>", "SidekickSend"), ("<F7>", "SidekickStop")):
+        m = editor.lua("return vim.fn.maparg(..., 'n', false, true)", lhs)
+        assert m["buffer"] == 1 and command in m["rhs"]
+    feed(editor, "<F6>")
+    editor.wait_text("ASSISTANT: Answer by key.")
+    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    editor.nvim.command("call setline('$', 'USER: long one')")
+    feed(editor, "<F6>")
+    editor.wait_text("word word")
+    feed(editor, "<F7>")
+    editor.wait_text("```sidekick stopped")
+    # not in other buffers
+    editor.nvim.command("enew")
+    assert editor.lua("return vim.fn.maparg('<F6>', 'n')") == ""
+
+
+def test_send_and_stop_keys_can_be_turned_off(editor, fake):
+    setup(editor, fake, opts={"keymaps": {"send": False}})
+    editor.open_chat("USER: hi\n")
+    assert editor.lua("return vim.fn.maparg('<leader>ss', 'n')") == ""
+    stop = editor.lua("return vim.fn.maparg('<leader>sx', 'n', false, true)")
+    assert stop["buffer"] == 1 and "SidekickStop" in stop["rhs"]
+
+
+# --- :SidekickChat ------------------------------------------------------------------------
+
+
+def chat_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.sidekick.md"))
+
+
+def test_sidekick_chat_opens_a_new_chat_under_chat_dir(editor, fake, tmp_path):
+    chats = tmp_path / "chats" / "nested"
+    setup(editor, fake, dir=str(chats))
+    editor.nvim.command("SidekickChat")
+    first = chat_files(chats)
+    assert len(first) == 1
+    path = first[0]
+    assert path.read_text() == "---\nmodel: fake/test-model\n---\nUSER: \n"
+    assert editor.nvim.current.buffer.name == str(path)
+    assert editor.lines() == ["---", "model: fake/test-model", "---", "USER: "]
+    row, col = editor.nvim.current.window.cursor
+    assert row == 4 and col >= len("USER:")
+    # a chat buffer: its keys are there
+    assert editor.lua("return vim.fn.maparg('<leader>ss', 'n', false, true).buffer") == 1
+    # with a model: another new file, that model in its front matter
+    editor.nvim.command("SidekickChat local/llama")
+    files = chat_files(chats)
+    assert len(files) == 2
+    second = next(p for p in files if p != path)
+    assert second.read_text() == "---\nmodel: local/llama\n---\nUSER: \n"
+    assert path.read_text() == "---\nmodel: fake/test-model\n---\nUSER: \n"
+
+
+def test_sidekick_chat_never_overwrites_a_file(editor, fake, tmp_path):
+    chats = tmp_path / "chats"
+    chats.mkdir()
+    setup(editor, fake, dir=str(chats))
+    # the names of this minute and the next are taken already
+    now = datetime.datetime.now()
+    taken = {}
+    for t in (now, now + datetime.timedelta(minutes=1)):
+        stamp = t.strftime("%Y-%m-%d-%H%M")
+        for name in (stamp, stamp + "-2"):
+            path = chats / f"{name}.sidekick.md"
+            path.write_text(f"USER: keep {name}\n")
+            taken[path] = path.read_text()
+    editor.nvim.command("SidekickChat")
+    new = [p for p in chat_files(chats) if p not in taken]
+    assert len(new) == 1
+    assert new[0].name.endswith("-3.sidekick.md")
+    assert new[0].read_text().startswith("---\nmodel: fake/test-model\n")
+    for path, text in taken.items():
+        assert path.read_text() == text
+
+
+def test_sidekick_chat_leaves_no_file_when_it_cannot_open_it(editor, fake, tmp_path):
+    chats = tmp_path / "chats"
+    setup(editor, fake, dir=str(chats))
+    editor.nvim.command("set nohidden")
+    editor.open_chat("USER: unsaved\n")
+    editor.nvim.command("call setline(1, 'USER: changed, not saved')")
+    editor.nvim.command("SidekickChat")
+    assert "E37" in errors(editor)[-1] or "No write" in errors(editor)[-1]
+    assert chat_files(chats) == []
+    assert editor.lines() == ["USER: changed, not saved"]
+
+
+def test_sidekick_chat_default_dir_is_under_stdpath_data(editor, fake):
+    setup(editor, fake)
+    editor.nvim.command("SidekickChat")
+    data = Path(editor.lua("return vim.fn.stdpath('data')"))
+    files = chat_files(data / "sidekick_tools" / "chats")
+    assert len(files) == 1
+    assert editor.nvim.current.buffer.name == str(files[0])
+
+
+def test_sidekick_chat_refuses_an_unknown_provider(editor, fake, tmp_path):
+    chats = tmp_path / "chats"
+    setup(editor, fake, dir=str(chats))
+    editor.nvim.command("SidekickChat nosuch/model-x")
+    assert not chats.exists() or not chat_files(chats)
+    said = errors(editor)[-1]
+    assert 'no provider "nosuch"' in said
+    assert "configured: fake, local" in said
+    editor.nvim.command("SidekickChat no-slash")
+    assert "is not provider/model" in errors(editor)[-1]
+    assert not chats.exists() or not chat_files(chats)
+
+
+def test_completion_offers_the_configured_models(editor, fake):
+    setup(editor, fake)
+    for command in ("SidekickChat", "SidekickModel"):
+        got = editor.lua("return vim.fn.getcompletion(..., 'cmdline')", command + " ")
+        assert got == ["fake/test-model", "fake/small", "fake/large", "local/llama"]
+        got = editor.lua("return vim.fn.getcompletion(..., 'cmdline')", command + " local/")
+        assert got == ["local/llama"]
+
+
+def test_a_models_list_must_hold_names(editor):
+    err = editor.lua(
+        "local ok, e = pcall(require('sidekick_tools').setup,"
+        " { chat = { providers = { x = { kind = 'openai', models = { 1 } } } } })\n"
+        "return e"
+    )
+    assert "chat.providers.x.models must be a list of model names" in err
+
+
+# --- :SidekickModel ------------------------------------------------------------------------
+
+
+def test_sidekick_model_shows_the_chat_model_and_where_it_comes_from(editor, fake):
+    setup(editor, fake)
+    editor.open_chat("USER: hi\n")
+    editor.nvim.command("SidekickModel")
+    said = editor.notifications()[-1]
+    assert "fake/test-model" in said and "chat.model" in said
+    editor.open_chat("---\nmodel: local/llama\n---\nUSER: hi\n", name="other.sidekick.md")
+    editor.nvim.command("SidekickModel")
+    said = editor.notifications()[-1]
+    assert "local/llama" in said and "front matter" in said
+
+
+def test_sidekick_model_sets_the_front_matter_in_one_undo_step(editor, fake):
+    fake.push(reply("Small model here."))
+    setup(editor, fake)
+    original = ["USER: which model?"]
+    editor.open_chat("\n".join(original) + "\n")
+    editor.nvim.command("SidekickModel fake/small")
+    assert editor.lines() == ["---", "model: fake/small", "---", *original]
+    editor.nvim.command("undo")
+    assert editor.lines() == original
+    editor.nvim.command("redo")
+    # a front matter with other keys: only the model line changes
+    editor.lua(
+        "vim.api.nvim_buf_set_lines(0, 0, 3, false,"
+        " { '---', 'max_tokens: 100', 'model: \"fake/small\"', '---' })"
+    )
+    editor.nvim.command("SidekickModel fake/large")
+    assert editor.lines()[:4] == ["---", "max_tokens: 100", "model: fake/large", "---"]
+    editor.nvim.command("undo")
+    assert editor.lines()[2] == 'model: "fake/small"'
+    # the model the command set is the one the request names
+    editor.nvim.command("SidekickModel fake/small")
+    editor.nvim.command("SidekickSend")
+    editor.wait_text("ASSISTANT: Small model here.")
+    assert fake.requests[0].json["model"] == "small"
+
+
+def test_sidekick_model_adds_a_model_line_to_a_front_matter_without_one(editor, fake):
+    setup(editor, fake)
+    editor.open_chat("---\nmax_tokens: 50\n---\nUSER: hi\n")
+    editor.nvim.command("SidekickModel local/llama")
+    assert editor.lines() == ["---", "model: local/llama", "max_tokens: 50", "---", "USER: hi"]
+
+
+def test_sidekick_model_refuses_an_unknown_provider(editor, fake):
+    setup(editor, fake)
+    editor.open_chat("USER: hi\n")
+    editor.nvim.command("SidekickModel elsewhere/gpt")
+    said = errors(editor)[-1]
+    assert 'no provider "elsewhere"' in said and "configured: fake, local" in said
+    assert editor.lines() == ["USER: hi"]
