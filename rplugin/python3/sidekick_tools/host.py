@@ -12,7 +12,7 @@ import logging
 import os
 from typing import Any, Callable
 
-from . import __version__
+from . import __version__, rpc
 from .calls import CallRunner, UserError
 from .calls.follow import task_view
 from .config import Config
@@ -42,11 +42,14 @@ class Host:
         self._shut_down = False
         self._initialising: Any = None  # future while init runs
 
-    # -- dispatch -------------------------------------------------------------------
+    # -- dispatch (the methods are declared in rpc.py's table) ----------------------
     def on_request(self, name: str, args: list[Any]) -> Any:
-        handler = self._handler(name)
+        method = rpc.lookup(name, rpc.REQUEST)
+        if method is None:
+            raise _error_response(f"sidekick_tools: unknown method {name}")
+        self._ready(method)
         try:
-            return handler(*args)
+            return method.fn(self, *args)
         except (UserError, StoreError) as exc:  # StoreError: the database is locked
             raise _error_response(str(exc)) from None
         except TypeError as exc:
@@ -56,27 +59,28 @@ class Host:
     def on_notification(self, name: str, args: list[Any]) -> None:
         if self.port.on_notification(name, args):
             return
-        if name not in ("init", "chat_opened"):
+        method = rpc.lookup(name, rpc.NOTIFICATION)
+        if method is None:
             log.debug("ignored notification %s", name)
             return
         try:
-            self._handler(name)(*args)
+            self._ready(method)
+            method.fn(self, *args)
         except Exception as exc:  # nobody waits for an answer: tell the user
             log.exception("notification %s failed", name)
             self.port.notify_user(f"sidekick_tools: {name} failed: {_message(exc)}", "error")
 
-    def _handler(self, name: str) -> Callable[..., Any]:
-        handler = getattr(self, f"rpc_{name}", None)
-        if handler is None:
-            raise _error_response(f"sidekick_tools: unknown method {name}")
-        if name != "init":
-            if self._initialising is not None:  # Lua sent init as a notification
-                self.port.block_on(self._initialising)
-            if self.calls is None:
-                raise _error_response("sidekick_tools: host not initialised (init first)")
-        return handler
+    def _ready(self, method: rpc.Method) -> None:
+        """Every method but init waits for init (Lua sends it as a notification)."""
+        if method.before_init:
+            return
+        if self._initialising is not None:
+            self.port.block_on(self._initialising)
+        if self.calls is None:
+            raise _error_response("sidekick_tools: host not initialised (init first)")
 
     # -- methods ---------------------------------------------------------------------
+    @rpc.init
     def rpc_init(self, raw_config: dict[str, Any], info: dict[str, Any] | None = None) -> Any:
         config = Config.from_dict(raw_config)
         if self.tasks is not None and self.config is not None:
@@ -149,6 +153,7 @@ class Host:
         self.tasks.configure(config.tasks)
         self._report_config_problems(config)
 
+    @rpc.request
     def rpc_settings(self) -> Any:
         """The configuration the host works with, and the task engine's settings
         in force (:checkhealth, and tests that setup() reached the host)."""
@@ -172,10 +177,12 @@ class Host:
             "pid": os.getpid(),
         }
 
+    @rpc.request
     def rpc_run_tool(self, buf: int, row: int, cwd: str | None = None) -> Any:
         cwd = str(cwd) if cwd else self._cwd()
         return self._run_request(lambda gate: self.calls.run_tool(int(buf), int(row), cwd, gate))
 
+    @rpc.request
     def rpc_run_tools(self, buf: int, cwd: str | None = None, ids: Any = None) -> Any:
         """Run the pending calls of the last assistant message; with `ids`, only
         those (the ones the user agreed to in :SidekickRunTools' question)."""
@@ -205,30 +212,37 @@ class Host:
         reply["events"] = self.port.take_events()
         return reply
 
+    @rpc.request
     def rpc_plan(self, buf: int, cwd: str | None = None) -> Any:
         cwd = str(cwd) if cwd else self._cwd()
         return self.port.block_on(self.calls.plan(int(buf), cwd))
 
+    @rpc.request
     def rpc_deny(self, buf: int, row: int, reason: str | None = None) -> Any:
         return self.port.block_on(self.calls.deny(int(buf), int(row), str(reason or "")))
 
+    @rpc.request
     def rpc_run_call(self, buf: int, call_id: str, cwd: str | None = None) -> Any:
         cwd = str(cwd) if cwd else self._cwd()
         return self._run_request(lambda _gate: self.calls.run_call(int(buf), str(call_id), cwd))
 
+    @rpc.request
     def rpc_send(self, buf: int, cwd: str | None = None) -> Any:
         """:SidekickSend: the chat to its model; the reply streams in (DESIGN §10)."""
         cwd = str(cwd) if cwd else self._cwd()
         return self.port.block_on(self.calls.send(int(buf), cwd))
 
+    @rpc.request
     def rpc_stop(self, buf: int) -> Any:
         """:SidekickStop: the reply streaming into `buf` ends now; the loop is disarmed."""
         return self.calls.stop(int(buf))
 
+    @rpc.notification
     def rpc_chat_opened(self, buf: int) -> Any:
         self.port.block_on(self.calls.chat_opened(int(buf)))
         return True
 
+    @rpc.request
     def rpc_halt(self, token: str | None, buf: int | None = None, row: int | None = None) -> Any:
         if not token:
             if buf is not None and row is not None:
@@ -261,6 +275,7 @@ class Host:
             }
         return {"id": token, "status": _status(task), "message": f"Task {token} {_status(task)}"}
 
+    @rpc.request
     def rpc_list_tasks(self, opts: dict[str, Any] | None = None) -> Any:
         status, owner, chats = self._task_filter(opts)
         opts = dict(opts or {})
@@ -273,14 +288,17 @@ class Host:
         )
         return [task_view(t) for t in tasks]
 
+    @rpc.request
     def rpc_get_task(self, token: str) -> Any:
         task = self.tasks.get(str(token))
         return task_view(task) if task is not None else None
 
+    @rpc.request
     def rpc_shutdown(self) -> Any:
         self.close()
         return True
 
+    @rpc.request
     def rpc_ping(self) -> Any:
         return "pong"
 
@@ -301,11 +319,13 @@ class Host:
         return str(self.port.block_on(self.port.call("nvim_call_function", "getcwd", [])))
 
     # -- task views (tasks window, output view) ----------------------------------------
+    @rpc.request
     def rpc_count_tasks(self, opts: dict[str, Any] | None = None) -> Any:
         """How many tasks `list_tasks(opts)` pages through (limit/offset ignored)."""
         status, owner, chats = self._task_filter(opts)
         return self.tasks.count(status=status, owner=owner, chats=chats)
 
+    @rpc.request
     def rpc_task_page(self, opts: dict[str, Any] | None = None) -> Any:
         """One page of `list_tasks(opts)` plus the total, in one round trip."""
         return {
@@ -314,6 +334,7 @@ class Host:
             "owner": self.owner,
         }
 
+    @rpc.request
     def rpc_task_at(self, buf: int, row: int) -> Any:
         """Token of the task of the call at (buf, row), or None."""
         self.port.block_on(self.port.mirror(int(buf)))
