@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,12 +32,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rplugin" / "python
 import chats  # noqa: E402
 import nvimctl  # noqa: E402
 import report  # noqa: E402
+from measure import cpu_ticks as _cpu_ticks  # noqa: E402, F401 (tests use run._cpu_ticks)
+from measure import med, pct, wait_quiet  # noqa: E402
+from measure import rtt_figures as _rtt_figures  # noqa: E402
+from measure import trio as _trio  # noqa: E402
 from nvimctl import (  # noqa: E402
     ROOT,
     Editor,
     base_env,
     nvim_binary,
-    proc_stat,
     run_quiet,
     wait_until,
 )
@@ -58,44 +60,9 @@ def flood_command(mb: float) -> str:
     return f"base64 -w 99 /dev/urandom | head -c {int(mb * 1024 * 1024)}"
 
 
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    k = min(len(s) - 1, max(0, int(round(q / 100.0 * (len(s) - 1)))))
-    return s[k]
-
-
-def med(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-def _cpu_ticks(pid: int) -> int:
-    """CPU time (user + system, clock ticks) `pid` has used; 0 once it is gone."""
-    fields = proc_stat(pid)
-    return int(fields[11]) + int(fields[12]) if fields else 0
-
-
 def since_t0(st: dict[str, Any], key: str = "t_done") -> float:
     """ms from the bench state's start to its stamp `key` (both uv.hrtime())."""
     return (st[key] - st["t0"]) / 1e6
-
-
-def wait_quiet(pids: list[int], quiet: float = 0.1, limit: float = 5.0) -> float:
-    """Wait until none of `pids` has used CPU for `quiet` seconds (at most
-    `limit` seconds); returns how long that took: what one side's run leaves
-    behind must not land in the next side's run."""
-    t0 = time.monotonic()
-    last = [_cpu_ticks(p) for p in pids]
-    since = t0
-    while time.monotonic() - t0 < limit:
-        time.sleep(0.02)
-        now = [_cpu_ticks(p) for p in pids]
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet:
-            break
-    return time.monotonic() - t0
 
 
 def _stamps(path: Path) -> list[tuple[float, float]]:
@@ -853,19 +820,6 @@ def _flood_stats(
     return out
 
 
-def _rtt_figures(idle: list[float], busy: list[float]) -> dict[str, Any]:
-    """p50, p99 and max of the round-trips at idle and during a flood."""
-    return {
-        "idle_p50": med(idle),
-        "idle_p99": pct(idle, 99),
-        "idle_max": max(idle or [0]),
-        "p50": med(busy),
-        "p99": pct(busy, 99),
-        "max": max(busy or [0]),
-        "n": len(busy),
-    }
-
-
 def _pool_floods(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One side's floods together: percentiles over every probe of every
     flood (idle probes with idle ones), the largest memory growth, the median
@@ -883,10 +837,6 @@ def _pool_floods(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if hosts:
         out["host_growth_mb"] = max(hosts)
     return out
-
-
-def _trio(d: dict, prefix: str) -> str:
-    return f"{d[prefix + 'p50']:.2f} / {d[prefix + 'p99']:.2f} / {d[prefix + 'max']:.2f}"
 
 
 def _fmt_list(values: Iterable[float], digits: int = 1) -> str:
