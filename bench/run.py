@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rplugin" / "python
 import chats  # noqa: E402
 import nvimctl  # noqa: E402
 import report  # noqa: E402
+import streaming  # noqa: E402
 from measure import cpu_ticks as _cpu_ticks  # noqa: E402, F401 (tests use run._cpu_ticks)
 from measure import med, pct, wait_quiet  # noqa: E402
 from measure import rtt_figures as _rtt_figures  # noqa: E402
@@ -146,6 +147,7 @@ class Bench:
                 "ours": ours,
                 "jobstart": base.get("jobstart"),
                 "system": base.get("system"),
+                "curl": base.get("curl"),  # the streaming rows' baseline
                 "target": target,
                 "ok": ok,
                 "unit": unit,
@@ -766,6 +768,10 @@ class Bench:
             "task with ours)",
         )
 
+    # ------------------------------------------------------------------ 10. streaming
+    def streaming(self) -> None:
+        streaming.run(self)
+
 
 class _Probe:
     def __init__(self, sock: str, period_ms: float, base: Path, pids: list[int]) -> None:
@@ -925,6 +931,7 @@ SECTIONS = (
     "memory",
     "wall",
     "flood",
+    "streaming",
 )
 
 
@@ -970,6 +977,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--list-runs", type=int, default=10)
     p.add_argument("--short-tasks", type=int, default=200)
     p.add_argument("--sleep-tasks", type=int, default=100)
+    p.add_argument(
+        "--stream-rate", type=float, default=2000.0, help="tokens (deltas) a second (2000)"
+    )
+    p.add_argument("--stream-s", type=float, default=5.0, help="seconds each paced reply lasts")
+    p.add_argument("--stream-reps", type=int, default=2, help="paced replies of each side")
+    p.add_argument("--send-runs", type=int, default=5, help="timed sends of each side")
+    p.add_argument("--reply-mb", type=float, default=1.0, help="size of the memory row's reply")
     p.add_argument("--only", default="", help="comma-separated sections: " + ",".join(SECTIONS))
     p.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
     p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
@@ -987,6 +1001,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         a.wall_reps, a.diag_runs, a.cold_runs, a.startup_runs = 1, 3, 1, 1
         a.chat_lines, a.chat_calls, a.stored_tasks, a.list_runs = 1000, 20, 200, 2
         a.short_tasks, a.sleep_tasks = 5, 3
+        a.stream_s, a.stream_reps, a.send_runs, a.reply_mb = 0.5, 1, 2, 0.05
     if a.wall_mb is None:
         a.wall_mb = a.mb
     return a
