@@ -25,6 +25,7 @@ ORDER = (
     "stream_rtt",
     "stream_chunk",
     "stream_send",
+    "stream_send_block",
     "stream_mem",
 )
 

@@ -34,6 +34,10 @@ DONE = "<<reply done>>"
 MODEL = "bench/fake"
 WORDS = ("one ", "two ", "six ", "ten ", "red ", "sun ", "sky ", "day ", "sea ", "map ")
 SIDES = ("ours", "curl")
+# Each measure starts once the editor and the host have used no CPU for this
+# long: longer than the host's rescan of a changed chat (calls/scan.py, 0.15 s),
+# which a user's question in a 100,000-line chat sets off.
+QUIET = 0.5
 
 
 def reply_text(units: int) -> str:
@@ -108,7 +112,7 @@ def first_byte(side: Side, question: str) -> float:
     n = len(side.fake.requests)
     side.fake.push(reply("Noted.", chunk=0))
     side.lua("ask", question)
-    wait_quiet(side.pids)
+    wait_quiet(side.pids, QUIET)
     t0 = side.send()
     wait_until(lambda: len(side.fake.requests) > n, 60, 0.05, "the request")
     side.wait_reply(60)
@@ -127,7 +131,7 @@ def stream(b: Any, side: Side, units: int, rate: float | None, chunk: int) -> di
     side.fake.push(reply(text, chunk=chunk, tokens_per_second=rate, stamp=STAMP))
     side.lua("ask", f"Write {units} words.")
     side.lua("watch", side.buf, DONE)
-    wait_quiet(side.pids)
+    wait_quiet(side.pids, QUIET)
     probe = b.probe(side.ed, side.pids, f"stream-{side.kind}")
     time.sleep(b.a.idle_s)
     t0 = side.send()
@@ -266,10 +270,19 @@ def rows(b: Any, res: dict[str, dict[str, Any]], lines: int, units: int) -> None
         f"baseline's over {len(res['ours']['streams'])} replies each of {units:,} tokens, one "
         f"4-character delta each, sent at {a.stream_rate:g}/s (seen arriving in the buffer at "
         f"{o['rate']:.0f} and {c['rate']:.0f}/s); the editor was changed {o['edits']:.0f} "
-        f"times a second by ours, {c['edits']:.0f} by the baseline. Between the send and the "
-        f"first delta (the request being built and sent) the largest round-trip was "
-        f"{o['send_max']:.2f} ms with ours and {c['send_max']:.2f} ms with the baseline, which "
-        "builds the request in the editor",
+        f"times a second by ours, {c['edits']:.0f} by the baseline",
+    )
+    b.row(
+        "stream_send_block",
+        f"longest request round-trip from `send` to the first delta ({what})",
+        o["send_max"],
+        {"curl": c["send_max"]},
+        "-",
+        None,
+        "ms",
+        f"over the {len(res['ours']['streams'])} paced replies of each side: the editor waits "
+        "for the answer to `send` (a synchronous request) while the host builds the request; "
+        "the baseline builds it in the editor",
     )
     b.row(
         "stream_chunk",

@@ -37,6 +37,7 @@ ROWS = (
     "request round-trip while a reply streams at 2000 tokens/s",
     "a streamed delta's arrival at the host → its text",
     "`send` on a 1,003-line chat → first request byte",
+    "longest request round-trip from `send` to the first delta",
     "editor memory growth over a 0.05 MB streamed reply",
 )
 
