@@ -145,10 +145,12 @@ def stream(b: Any, side: Side, units: int, rate: float | None, chunk: int) -> di
     t_first = watched["t_first"] / 1e9 if watched["t_first"] is not None else t_send
     probes = list(zip(data["t"], data["rtt"]))
     rss = data["rss"].get(str(side.ed.pid), [])
+    # a probe sent just before the send and held up by it counts for the send,
+    # not for the idle editor: the probes are split by when they were answered
     out = {
-        "idle_rtt": [r for t, r in probes if t < t_send],
+        "idle_rtt": [r for t, r in probes if t + r / 1000 < t_send],
         "busy_rtt": [r for t, r in probes if t_first <= t <= t_end],
-        "send_rtt": [r for t, r in probes if t_send <= t < t_first],
+        "send_rtt": [r for t, r in probes if t < t_first and t + r / 1000 >= t_send],
         "lat": watched["lat"],
         "stream_s": t_end - t_first,
         "rate": units / (t_end - t_first) if t_end > t_first else float("nan"),
