@@ -55,3 +55,10 @@ def big_chat(total_lines: int, calls: int, pending: int = 10) -> tuple[str, list
         unit.append("")
         lines += unit
     return "\n".join(lines) + "\n", pending_ids
+
+
+def settled_chat(total_lines: int, question: str = "Summarise the steps so far.") -> str:
+    """A chat of about `total_lines` lines whose every call has its result (one
+    call per 50 lines), ending with a user's question: ready to send."""
+    text, _ = big_chat(total_lines, max(1, total_lines // 50), pending=0)
+    return text + f"USER: {question}\n"

@@ -21,9 +21,21 @@ ORDER = (
     "short",
     "host_idle",
     "per_task",
+    "stream_rtt_idle",
+    "stream_rtt",
+    "stream_chunk",
+    "stream_send",
+    "stream_send_block",
+    "stream_mem",
 )
 
 HEAD = ("measure", "ours", "jobstart", "vim.system", "ours ÷ baseline", "target", "result")
+# the streaming rows' one baseline: curl under jobstart, nvim_buf_set_text per delta
+STREAM_HEAD = ("measure", "ours", "curl + jobstart", "ours ÷ baseline", "target", "result")
+
+
+def is_stream(r: dict[str, Any]) -> bool:
+    return str(r["key"]).startswith("stream")
 
 
 def fmt(value: Any, unit: str) -> str:
@@ -58,9 +70,19 @@ def ratio(ours: Any, base: Any) -> str:
 
 
 def cells(r: dict[str, Any]) -> list[str]:
+    verdict = "—" if r["ok"] is None else ("PASS" if r["ok"] else "FAIL")
+    if is_stream(r):
+        base = r.get("curl")
+        return [
+            r["measure"],
+            fmt(r["ours"], r["unit"]),
+            fmt(base, r["unit"]),
+            ratio(r["ours"], base),
+            r["target"],
+            verdict,
+        ]
     ratios = [ratio(r["ours"], r[k]) for k in ("jobstart", "system")]
     ratios = [x for x in ratios if x != "n/a"]
-    verdict = "—" if r["ok"] is None else ("PASS" if r["ok"] else "FAIL")
     return [
         r["measure"],
         fmt(r["ours"], r["unit"]),
@@ -73,8 +95,17 @@ def cells(r: dict[str, Any]) -> list[str]:
 
 
 def terminal_table(rows: list[dict[str, Any]]) -> str:
-    table = [list(HEAD)] + [cells(r) for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(HEAD))]
+    tasks = [r for r in rows if not is_stream(r)]
+    streams = [r for r in rows if is_stream(r)]
+    parts = [_terminal(HEAD, tasks)] if tasks else []
+    if streams:
+        parts.append(_terminal(STREAM_HEAD, streams))
+    return "\n\n".join(parts)
+
+
+def _terminal(head: tuple[str, ...], rows: list[dict[str, Any]]) -> str:
+    table = [list(head)] + [cells(r) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     widths[0] = min(widths[0], 60)
     out = []
     for n, row in enumerate(table):
@@ -112,24 +143,45 @@ def markdown(rows: list[dict[str, Any]], info: dict[str, str], a: argparse.Names
         f"| arguments | `{info['args'] or '(defaults)'}`, took {info['duration']} |",
         f"| CPU steal (time the hypervisor gave other guests) | {info.get('steal', 'n/a')} |",
         "",
-        "| " + " | ".join(HEAD) + " |",
-        "|" + "---|" * len(HEAD),
     ]
-    for r in rows:
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells(r)) + " |")
-    lines += ["", "## Notes on each figure", ""]
-    for r in rows:
-        if r["note"]:
-            lines.append(f"- **{r['measure']}**: {r['note']}.")
-    lines += [
-        "",
-        "![round-trip latency during the flood](bench-latency.png)",
-        "",
-    ]
+    tasks = [r for r in rows if not is_stream(r)]
+    streams = [r for r in rows if is_stream(r)]
+    if tasks:
+        lines += _table(HEAD, tasks)
+        lines += ["", "## Notes on each figure", "", *_notes(tasks)]
+        if any(r["key"] == "rtt_flood" for r in tasks):
+            lines += ["", "![round-trip latency during the flood](bench-latency.png)"]
+        lines.append("")
+    if streams:
+        lines += [*stream_intro(), "", *_table(STREAM_HEAD, streams), "", *_notes(streams), ""]
     extra = info.get("analysis")
     if extra:
         lines += [extra, ""]
     return "\n".join(lines)
+
+
+def stream_intro() -> list[str]:
+    return [
+        "## Streaming a reply (the chat loop)",
+        "",
+        "The chat loop's rows of DESIGN §9, against the fake provider of tests/fake_provider on",
+        "loopback (Anthropic protocol), into a chat of the size the row names. The baseline,",
+        "**curl + jobstart**, streams the way most Neovim chat plugins do: Lua reads the chat",
+        "into messages, writes the JSON body to a file, runs `curl -N` under `jobstart`, and",
+        "appends each SSE text delta with one `nvim_buf_set_text`; it runs in an editor of its",
+        "own holding the same chat, against the same fake, in the same run.",
+    ]
+
+
+def _table(head: tuple[str, ...], rows: list[dict[str, Any]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells(r)) + " |")
+    return out
+
+
+def _notes(rows: list[dict[str, Any]]) -> list[str]:
+    return [f"- **{r['measure']}**: {r['note']}." for r in rows if r["note"]]
 
 
 def plot(series: dict[str, dict[str, list[float]]], a: argparse.Namespace, path: str) -> None:

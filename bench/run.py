@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,12 +32,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rplugin" / "python
 import chats  # noqa: E402
 import nvimctl  # noqa: E402
 import report  # noqa: E402
+import streaming  # noqa: E402
+from measure import cpu_ticks as _cpu_ticks  # noqa: E402, F401 (tests use run._cpu_ticks)
+from measure import med, pct, wait_quiet  # noqa: E402
+from measure import rtt_figures as _rtt_figures  # noqa: E402
+from measure import trio as _trio  # noqa: E402
 from nvimctl import (  # noqa: E402
     ROOT,
     Editor,
     base_env,
     nvim_binary,
-    proc_stat,
     run_quiet,
     wait_until,
 )
@@ -58,44 +61,9 @@ def flood_command(mb: float) -> str:
     return f"base64 -w 99 /dev/urandom | head -c {int(mb * 1024 * 1024)}"
 
 
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    k = min(len(s) - 1, max(0, int(round(q / 100.0 * (len(s) - 1)))))
-    return s[k]
-
-
-def med(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-def _cpu_ticks(pid: int) -> int:
-    """CPU time (user + system, clock ticks) `pid` has used; 0 once it is gone."""
-    fields = proc_stat(pid)
-    return int(fields[11]) + int(fields[12]) if fields else 0
-
-
 def since_t0(st: dict[str, Any], key: str = "t_done") -> float:
     """ms from the bench state's start to its stamp `key` (both uv.hrtime())."""
     return (st[key] - st["t0"]) / 1e6
-
-
-def wait_quiet(pids: list[int], quiet: float = 0.1, limit: float = 5.0) -> float:
-    """Wait until none of `pids` has used CPU for `quiet` seconds (at most
-    `limit` seconds); returns how long that took: what one side's run leaves
-    behind must not land in the next side's run."""
-    t0 = time.monotonic()
-    last = [_cpu_ticks(p) for p in pids]
-    since = t0
-    while time.monotonic() - t0 < limit:
-        time.sleep(0.02)
-        now = [_cpu_ticks(p) for p in pids]
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet:
-            break
-    return time.monotonic() - t0
 
 
 def _stamps(path: Path) -> list[tuple[float, float]]:
@@ -179,6 +147,7 @@ class Bench:
                 "ours": ours,
                 "jobstart": base.get("jobstart"),
                 "system": base.get("system"),
+                "curl": base.get("curl"),  # the streaming rows' baseline
                 "target": target,
                 "ok": ok,
                 "unit": unit,
@@ -799,6 +768,10 @@ class Bench:
             "task with ours)",
         )
 
+    # ------------------------------------------------------------------ 10. streaming
+    def streaming(self) -> None:
+        streaming.run(self)
+
 
 class _Probe:
     def __init__(self, sock: str, period_ms: float, base: Path, pids: list[int]) -> None:
@@ -853,19 +826,6 @@ def _flood_stats(
     return out
 
 
-def _rtt_figures(idle: list[float], busy: list[float]) -> dict[str, Any]:
-    """p50, p99 and max of the round-trips at idle and during a flood."""
-    return {
-        "idle_p50": med(idle),
-        "idle_p99": pct(idle, 99),
-        "idle_max": max(idle or [0]),
-        "p50": med(busy),
-        "p99": pct(busy, 99),
-        "max": max(busy or [0]),
-        "n": len(busy),
-    }
-
-
 def _pool_floods(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One side's floods together: percentiles over every probe of every
     flood (idle probes with idle ones), the largest memory growth, the median
@@ -883,10 +843,6 @@ def _pool_floods(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if hosts:
         out["host_growth_mb"] = max(hosts)
     return out
-
-
-def _trio(d: dict, prefix: str) -> str:
-    return f"{d[prefix + 'p50']:.2f} / {d[prefix + 'p99']:.2f} / {d[prefix + 'max']:.2f}"
 
 
 def _fmt_list(values: Iterable[float], digits: int = 1) -> str:
@@ -975,6 +931,7 @@ SECTIONS = (
     "memory",
     "wall",
     "flood",
+    "streaming",
 )
 
 
@@ -1020,6 +977,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--list-runs", type=int, default=10)
     p.add_argument("--short-tasks", type=int, default=200)
     p.add_argument("--sleep-tasks", type=int, default=100)
+    p.add_argument(
+        "--stream-rate", type=float, default=2000.0, help="tokens (deltas) a second (2000)"
+    )
+    p.add_argument("--stream-s", type=float, default=5.0, help="seconds each paced reply lasts")
+    p.add_argument("--stream-reps", type=int, default=2, help="paced replies of each side")
+    p.add_argument("--send-runs", type=int, default=5, help="timed sends of each side")
+    p.add_argument("--reply-mb", type=float, default=1.0, help="size of the memory row's reply")
     p.add_argument("--only", default="", help="comma-separated sections: " + ",".join(SECTIONS))
     p.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
     p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
@@ -1037,6 +1001,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         a.wall_reps, a.diag_runs, a.cold_runs, a.startup_runs = 1, 3, 1, 1
         a.chat_lines, a.chat_calls, a.stored_tasks, a.list_runs = 1000, 20, 200, 2
         a.short_tasks, a.sleep_tasks = 5, 3
+        a.stream_s, a.stream_reps, a.send_runs, a.reply_mb = 0.5, 1, 2, 0.05
     if a.wall_mb is None:
         a.wall_mb = a.mb
     return a

@@ -33,6 +33,12 @@ ROWS = (
     "concurrent short tasks",
     "host idle memory",
     "memory per running task",
+    "request round-trip at idle, just before each reply",
+    "request round-trip while a reply streams at 2000 tokens/s",
+    "a streamed delta's arrival at the host → its text",
+    "`send` on a 1,003-line chat → first request byte",
+    "longest request round-trip from `send` to the first delta",
+    "editor memory growth over a 0.05 MB streamed reply",
 )
 
 
@@ -76,6 +82,12 @@ def test_quick_bench_writes_every_row(tmp_path: Path) -> None:
     # the wall-time runs are split by the stamps their command writes
     wall = data["raw"]["wall"]
     assert len(wall["stamps"]["ours"]) == len(wall["direct"]) == len(wall["editor"])
+    # the streaming rows: each side's stamps were seen in its buffer, each send reached the fake
+    streamed = data["raw"]["streaming"]
+    for side in ("ours", "curl"):
+        assert streamed[side]["streams"][0]["lat"], side
+        assert len(streamed[side]["sends"]) == 2 and all(v > 0 for v in streamed[side]["sends"])
+    assert "## Streaming a reply (the chat loop)" in md
     if shutil.which("bash"):
         assert wall["split"]["n"] == len(wall["direct"])
         assert wall["split"]["ours_start"] > 0

@@ -15,7 +15,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 
 @dataclass(frozen=True)
@@ -71,11 +71,17 @@ class Reply:
     cache_write_tokens: int = 0
     chunk: int = 8  # characters per text/thinking/JSON delta; 0: each piece whole
     wire_chunk: int | None = None  # cut the body into writes of this many bytes
-    tokens_per_second: float | None = None  # pace: one delta per 1/rate s
+    # pace: one delta per 1/rate s, kept on a schedule from the first delta (so
+    # rates above the event loop's 1 ms timer resolution hold on average)
+    tokens_per_second: float | None = None
     drop_after: int | None = None  # close the connection after this many events
     hang_after: int | None = None  # send this many events, then wait for the client to go
     interleave_calls: bool = False  # OpenAI: alternate the argument deltas of parallel calls
     raw_body: bytes | None = None  # send these bytes as the whole 200 body instead
+    # text replaced, in each event as it is written, by the monotonic clock in
+    # microseconds (``time.monotonic_ns() // 1000``): how the bench times a delta's
+    # way from the wire into the buffer
+    stamp: str | None = None
 
 
 @dataclass
@@ -88,7 +94,9 @@ class HttpError:
     echo_key: bool = False  # put the request's API key in the message and a header
 
 
-ScriptItem = Union[Reply, HttpError]
+#: A script item: a reply, an error, or a function of the request's JSON body that
+#: returns one (a scripted model that looks at what it was sent, as the demo's does).
+ScriptItem = Union[Reply, HttpError, Callable[[Any], Union[Reply, HttpError]]]
 
 
 def text(value: str) -> TextPiece:

@@ -36,7 +36,8 @@ class RecordedRequest:
     protocol: str  # "anthropic" | "openai" | ""
     status: int = 0  # what the server answered
     disconnected: bool = False  # the client left before the answer was complete
-    received_at: float = field(default_factory=time.monotonic)
+    received_at: float = field(default_factory=time.monotonic)  # the whole request read
+    first_line_at: float = 0.0  # time.monotonic() when its request line had arrived
 
     @property
     def json(self) -> Any:
@@ -146,6 +147,7 @@ class FakeProvider:
         # bytes of this request read while the previous answer watched for a hang-up
         early = self._early.pop(id(reader), b"")
         line = early + await reader.readline()
+        first_line_at = time.monotonic()
         if not line.strip():
             return None
         method, path, _ = line.decode("latin-1").split(" ", 2)
@@ -172,7 +174,7 @@ class FakeProvider:
             protocol = ANTHROPIC
         elif method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
             protocol = OPENAI
-        return RecordedRequest(method, path, headers, body, protocol)
+        return RecordedRequest(method, path, headers, body, protocol, first_line_at=first_line_at)
 
     async def _answer(
         self, request: RecordedRequest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -199,6 +201,8 @@ class FakeProvider:
         if problem:
             return await self._error(writer, request, HttpError(400, message=problem))
         item = self._take()
+        if callable(item):
+            item = item(body)
         if item is None:
             message = "fake provider: no scripted reply left for this request"
             return await self._error(writer, request, HttpError(500, message=message))
@@ -324,6 +328,8 @@ class FakeProvider:
         gone: asyncio.Future,
     ) -> bool:
         pause = 1 / reply.tokens_per_second if reply.tokens_per_second else 0.0
+        stamp = json.dumps(reply.stamp)[1:-1].encode() if reply.stamp else b""
+        start, tokens = time.monotonic(), 0
         for count, (frame, token) in enumerate(frames):
             if reply.drop_after is not None and count >= reply.drop_after:
                 request.disconnected = False
@@ -337,10 +343,16 @@ class FakeProvider:
             if gone.done():
                 request.disconnected = True
                 return False
+            if stamp:
+                frame = frame.replace(stamp, b"%d" % (time.monotonic_ns() // 1000))
             self._write_chunked(writer, frame, reply.wire_chunk)
             await writer.drain()
             if token and pause:
-                await asyncio.wait({gone}, timeout=pause)
+                tokens += 1
+                wait = start + tokens * pause - time.monotonic()
+                # behind the schedule: the next delta goes at once, after a look
+                # at the connection (a client that left is noticed)
+                await asyncio.wait({gone}, timeout=max(wait, 0))
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True

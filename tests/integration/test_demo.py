@@ -1,4 +1,6 @@
-"""`make demo HEADLESS=1` walks the example chat and prints it: run that walk-through."""
+"""`make demo`: the chat loop against the scripted model, offline. `make demo
+HEADLESS=1` walks it as a user would and prints the chat: run that walk-through,
+and the interactive one in a terminal."""
 
 from __future__ import annotations
 
@@ -13,7 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.integration
-def test_headless_demo_runs_every_call_and_prints_settled_diagnostics() -> None:
+def test_headless_demo_walks_the_chat_loop_against_the_scripted_model() -> None:
+    """The printed chat: the streamed replies, the safe calls' results sent back
+    by the loop, the command run after consent, and the final answer that
+    follows from its result."""
     env = dict(os.environ, HEADLESS="1")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.run(
@@ -26,19 +31,47 @@ def test_headless_demo_runs_every_call_and_prints_settled_diagnostics() -> None:
         env=env,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    chat, _, diags = proc.stdout.partition("\n-- diagnostics --\n")
-    for n in (1, 2, 3):
-        assert f"```result id=call_0{n} status=completed" in chat
-    rows = chat.split("\n")
-    expected = [
-        f"{rows.index(header) + 1}: ✓ {tool}"
-        for header, tool in (
-            ("```tool list_directory id=call_01", "list_directory"),
-            ("```tool read_files id=call_02", "read_files"),
-            ("```tool run_terminal_command id=call_03", "run_terminal_command"),
-        )
+    chat, _, rest = proc.stdout.partition("\n-- diagnostics --\n")
+    diags, _, usage = rest.partition("\n-- usage (virtual text on each ASSISTANT: line) --\n")
+    rows = chat.removesuffix("\n").split("\n")  # print() ended it with a newline
+    # labelled: a scripted model, offline
+    assert rows[:2] == ["---", "model: demo/scripted"]
+    assert "no network, no API key" in rows[2]
+
+    def at(line: str) -> int:
+        assert line in rows, f"{line!r} not in the chat:\n{chat}"
+        return rows.index(line)
+
+    first = at("ASSISTANT: I'll look around the project first.")
+    ls = at("```tool list_directory id=toolu_demo_ls")
+    ls_result = next(
+        i for i, r in enumerate(rows) if r.startswith("```result id=toolu_demo_ls status=completed")
+    )
+    read = at("```tool read_files id=toolu_demo_read")
+    second = next(i for i, r in enumerate(rows) if r.startswith("ASSISTANT: There is one script"))
+    run = at("```tool run_terminal_command id=toolu_demo_run")
+    run_result = next(
+        i
+        for i, r in enumerate(rows)
+        if r.startswith("```result id=toolu_demo_run status=completed exit=0 ")
+    )
+    final = next(i for i, r in enumerate(rows) if r.startswith("ASSISTANT: It runs."))
+    assert first < ls < ls_result < read < second < run < run_result < final
+    assert rows[ls_result + 1 : ls_result + 3] == ["demo.sidekick.md", "hello.py"]
+    assert '    print(f"hello #{i + 1}")' in rows[read:second]
+    assert rows[run_result + 1 : run_result + 4] == ["hello #1", "hello #2", "hello #3"]
+    assert "With `--count 3` it printed `hello #1` to `hello #3`" in rows[final]
+    assert "(A scripted reply" in chat.split("ASSISTANT: It runs.")[1]
+    assert rows[-1] == "USER: "
+    assert diags.strip().split("\n") == [
+        f"{ls + 1}: ✓ list_directory",
+        f"{read + 1}: ✓ read_files",
+        f"{run + 1}: ✓ run_terminal_command",
     ]
-    assert diags.strip().split("\n") == expected
+    # each reply's usage: its ASSISTANT: line's number, then the tokens in and out
+    marks = [line.split(": ", 1) for line in usage.strip().split("\n")]
+    assert [int(n) - 1 for n, _ in marks] == [first, second, final]
+    assert all(text.startswith("↑") and "↓" in text for _, text in marks)
 
 
 def _read_until(fd: int, predicate, timeout: float = 60) -> str:
@@ -67,9 +100,10 @@ def _read_until(fd: int, predicate, timeout: float = 60) -> str:
 
 
 @pytest.mark.integration
-def test_interactive_demo_shows_its_hint_and_cleans_up_on_exit() -> None:
-    """`make demo` in a terminal: the hint stays on screen, the temporary
-    directory is gone once Neovim exits."""
+def test_interactive_demo_sends_on_its_key_and_cleans_up_on_exit() -> None:
+    """`make demo` in a terminal: the hint stays on screen, the send key streams
+    the scripted reply and the loop stops at the call that needs consent; the
+    temporary directory is gone once Neovim exits."""
     import fcntl
     import pty
     import re
@@ -92,10 +126,16 @@ def test_interactive_demo_shows_its_hint_and_cleans_up_on_exit() -> None:
     )
     os.close(slave)
     try:
-        text = _read_until(master, lambda t: "<Space>sr runs it" in t and "demo chat:" in t)
+        text = _read_until(
+            master,
+            lambda t: "scripted model (offline): <Space>ss" in t and "<Space>sr runs it" in t,
+        )
         chat = Path(re.search(r"demo chat: (\S+\.sidekick\.md)", text).group(1))
         base = chat.parent.parent
         assert base.name.startswith("sidekick-demo-") and base.exists()
+        assert "no network, no API key" in text
+        os.write(master, b" ss")
+        _read_until(master, lambda t: "toolu_demo_run needs your consent" in t)
         os.write(master, b"\x1b:qa!\r")
         text = _read_until(master, lambda t: f"demo: removed {base}" in t)
         assert proc.wait(timeout=30) == 0

@@ -186,6 +186,42 @@ async def test_repeat_replays_the_script():
             assert r.status_code == 200 and "again" in r.text
 
 
+async def test_a_callable_item_answers_from_what_was_sent():
+    def echo(body):
+        said = body["messages"][-1]["content"][0]["text"]
+        return reply(f"you said {said}", chunk=0) if said != "fail" else HttpError(503)
+
+    async with FakeProvider([echo, echo]) as fake, httpx2.AsyncClient() as client:
+        url = f"{fake.base_url}/v1/messages"
+        ok = await client.post(url, json=anthropic_body([user(TEXT)]))
+        refused = await client.post(
+            url, json=anthropic_body([user({"type": "text", "text": "fail"})])
+        )
+    assert ok.status_code == 200 and "you said hi" in ok.text
+    assert refused.status_code == 503
+
+
+async def test_stamps_are_the_monotonic_clock_when_each_event_is_written():
+    import time
+
+    pieces = reply("a <T> b <T> c <T>", chunk=6, stamp="<T>", tokens_per_second=500)
+    before = time.monotonic_ns() // 1000
+    async with FakeProvider([pieces]) as fake, httpx2.AsyncClient() as client:
+        r = await client.post(f"{fake.base_url}/v1/messages", json=anthropic_body([user(TEXT)]))
+    after = time.monotonic_ns() // 1000
+    text = "".join(
+        json.loads(line[6:])["delta"]["text"]
+        for line in r.text.split("\n")
+        if line.startswith("data: ") and '"text_delta"' in line
+    )
+    assert "<T>" not in text
+    stamps = [int(w) for w in text.split() if w.isdigit()]
+    assert len(stamps) == 3
+    assert before <= stamps[0] <= stamps[1] <= stamps[2] <= after
+    request = fake.requests[0]
+    assert before / 1e6 <= request.first_line_at <= request.received_at <= after / 1e6
+
+
 def test_script_from_json(tmp_path):
     items = [
         "Hello",

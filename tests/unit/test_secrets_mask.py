@@ -80,3 +80,24 @@ def test_idempotent():
 def test_mask_value_walks_json():
     value = {"cmd": "curl -H 'x: sk-ant-api03-AbCdEf0123456789_-x'", "n": 3, "l": ["token=t", 1]}
     assert mask_value(value) == {"cmd": "curl -H 'x: sk-ant-***'", "n": 3, "l": ["token=***", 1]}
+
+
+def test_the_prefix_hint_never_hides_a_token():
+    """mask() runs the token patterns only where a kept prefix occurs: on texts
+    made of those prefixes and secret-like tails, every token the patterns find
+    is still masked."""
+    import random
+
+    from sidekick_tools import secrets_mask
+
+    pieces = ["sk-", "ant-", "gh", "p_", "u_", "github_pat_", "AKIA", "ASIA", "xox", "b-"]
+    pieces += ["A" * 16, "Ab0_" * 5, "0123456789", "-", "_", " ", "word", "\n", "="]
+    rng = random.Random(17)
+    found = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+        if secrets_mask._TOKENS.search(text):
+            found += 1
+            assert secrets_mask._TOKEN_HINT.search(text), text
+            assert mask(text) != text
+    assert found > 100  # the texts did hold tokens
