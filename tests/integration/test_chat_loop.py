@@ -5,6 +5,7 @@ the results back, stop, errors, steering."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -396,3 +397,39 @@ def test_a_reply_reusing_an_earlier_calls_id_runs_nothing(editor, fake, kind):
     editor.wait_diag(row, "✗ list_directory: Duplicate id")
     assert not pwned.exists()
     assert text_.count("```result id=c1") == 1 and len(fake.requests) == 1
+
+
+def test_send_answers_at_once_and_says_later_problems(editor, fake, kind):
+    """:SidekickSend answers before the request is built (a long chat must not
+    hold the editor): the model is in the answer; a problem found while
+    building (here: no key) is said as a notification, and nothing is sent."""
+    url = fake.anthropic_url if kind == "anthropic" else fake.openai_url
+    editor.lua(
+        "local kind, url, py, state = ...\n"
+        "require('sidekick_tools').setup({ python = py, state_dir = state, chat = {\n"
+        "  model = 'fake/test-model',\n"
+        "  providers = { fake = { kind = kind, base_url = url,\n"
+        "    api_key = function() return vim.g.fake_key end } } } })",
+        kind,
+        url,
+        sys.executable,
+        str(editor.state_dir),
+    )
+    editor.open_chat("USER: hello\n")
+    res = send(editor)
+    assert res == {"model": "fake/test-model", "provider": "fake"}
+    note = wait_for(lambda: next((n for n in editor.notifications() if "api_key" in n), None), 20)
+    assert "chat.providers.fake.api_key (a function) gave no key" in note
+    assert fake.requests == []
+    assert "ASSISTANT:" not in editor.text()  # nothing was opened for a reply
+    # the chat is not left busy: with a key, the same chat goes out
+    editor.nvim.vars["fake_key"] = KEY
+    fake.push(reply("Now with a key."))
+    send(editor)
+    editor.wait_text("Now with a key.")
+    assert len(fake.requests) == 1
+    # an unknown provider is said at once, by the answer
+    editor.nvim.current.buffer[:0] = ["---", "model: nowhere/x", "---"]
+    got = editor.lua("return { require('sidekick_tools').send() }")
+    assert got[0] is None and 'No provider "nowhere"' in got[1]
+    assert len(fake.requests) == 1

@@ -90,12 +90,39 @@ class ChatLoop:
             raise UserError(
                 "sidekick_tools: a reply is still streaming into this chat; :SidekickStop ends it"
             )
+        answer = self._model_of(await self.chain.mirror(buf))  # a bad model: said at once
         session.cwd = cwd
         session.turns = 0
         session.armed = True
         session.halted = False
         await self._deny_pending(buf)
-        return await self._send(session)
+        # The editor waits for this answer: the request is built and sent after it
+        session.sending = True
+        self._spawn(self._send_or_say(session))
+        return answer
+
+    def _model_of(self, mirror: Any) -> dict[str, Any]:
+        """The chat's provider and model, from its front matter (cheap: row 0 on)."""
+        from ..chat.conversation import read_front_matter
+        from ..llm import ConfigError
+        from ..llm.settings import ChatConfig, request_options
+
+        front = read_front_matter(mirror.lines)
+        try:
+            settings = ChatConfig.from_dict(self._chat_cfg())
+            spec, _ = request_options(settings, front.values if front else None)
+            provider, _model = settings.provider_for(spec)
+        except ConfigError as exc:
+            raise UserError(f"sidekick_tools: {exc.message}") from None
+        return {"model": spec, "provider": provider.name}
+
+    async def _send_or_say(self, session: Session) -> None:
+        """A send the user asked for, after its answer: a problem is said."""
+        try:
+            await self._send(session)
+        except UserError as exc:
+            session.armed = False
+            self.port.notify_user(str(exc), "error")
 
     def stop(self, buf: int) -> dict[str, Any]:
         """:SidekickStop: close the stream at once, keep what arrived, and disarm
@@ -215,9 +242,14 @@ class ChatLoop:
         session.sending = True
         try:
             mirror = await self.chain.mirror(buf)
+            # Building a long chat's request takes a while (a 100,000-line chat:
+            # ~0.2 s): off the loop, from a copy, so the host keeps answering.
+            lines, chat, cfg = list(mirror.lines), mirror.chat(), self._chat_cfg()
+            specs = tools.specs(self.config)  # descriptions carry the configured numbers
+            loop = asyncio.get_running_loop()
             try:
-                request = build_request(
-                    mirror.lines, self._chat_cfg(), tools.REGISTRY.values(), chat=mirror.chat()
+                request = await loop.run_in_executor(
+                    None, lambda: build_request(lines, cfg, specs, chat=chat)
                 )
             except (ChatNotReady, ConfigError) as exc:
                 raise UserError(f"sidekick_tools: {exc.message}") from None
@@ -241,7 +273,13 @@ class ChatLoop:
         spec = provider.api_key
         if isinstance(spec, str) and spec.startswith("lua:"):
             # a Lua function in the user's config: Lua calls it, the key comes back
-            return await self.port.lua_api_key(provider.name) or None
+            key = await self.port.lua_api_key(provider.name)
+            if not key:
+                raise UserError(
+                    f"sidekick_tools: chat.providers.{provider.name}.api_key (a function) "
+                    "gave no key: it must return the key as a non-empty string"
+                )
+            return key
         return await resolve_key(spec)
 
     async def _open_reply(self, buf: int) -> int:
