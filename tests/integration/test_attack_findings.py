@@ -392,7 +392,9 @@ def test_f9_a_reply_with_one_long_line_freezes_editor_requests(editor):
             return editor.lua("return #vim.api.nvim_buf_get_lines(0, 2, 3, false)[1]") == full
 
         wait_for(streamed, timeout=120, interval=0.05)
-        assert worst < 1.0, f"an editor request waited {worst:.1f} s"
+        # Alone, the worst wait is about 0.2 s; the bound leaves room for the
+        # parallel suite on two cores (1.6 s seen there). Before the fix: 45 s.
+        assert worst < 3.0, f"an editor request waited {worst:.1f} s"
 
 
 # --------------------------------------------------------------------------- finding 10
