@@ -162,7 +162,8 @@ def test_errors_are_said_under_the_reply_and_retries_are_visible(editor, fake, k
     assert "Half an answer" in text_
     assert "busy now" in text_
     wait_for(lambda: any("trying again" in n for n in editor.notifications()))
-    assert any("busy now" in n for n in editor.notifications())
+    # the notification follows the note in the chat
+    wait_for(lambda: any("busy now" in n for n in editor.notifications()))
     assert KEY not in text_
 
 
@@ -293,7 +294,7 @@ def test_each_error_kind_is_said_and_loses_nothing(editor, fake, kind, item, wor
     assert words in note
     if "partial" in repr(item):
         assert "ASSISTANT: partial" in text_
-    assert any(n.startswith("sidekick_tools:") for n in editor.notifications())
+    wait_for(lambda: any(n.startswith("sidekick_tools:") for n in editor.notifications()))
     # the chat is valid: sending again works once the provider answers
     fake.push(reply("recovered"))
     editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: again'})")
