@@ -4,8 +4,10 @@
     chain.py     what the user runs, and the chain of auto-acceptable calls after it
     writer.py    results and notices written into buffers, batched, never lost in silence
     follow.py    tasks' events: states while they run, final blocks and notices when they end
+    marking.py   a call's id and extmark, and its block found again by them
     scan.py      the state of every call as the text says it, for diagnostics
     loop.py      the chat loop: send, stream the reply in, run its calls, send again
+    reply_stream.py  one reply streamed into its chat's region, frame by frame
 
 `CallRunner` wires them for the host and is what host.py calls.
 """
@@ -80,8 +82,10 @@ class CallRunner:
 
     async def chat_opened(self, buf: int) -> None:
         """A chat was (re)opened: follow its running blocks, draw every call's state."""
-        mirror = await self.chain.mirror(buf)
-        self.scan.unfollowed[buf] = await self.follower.reattach(buf, mirror, self.chain.prepare)
+        mirror = await self.chain.marks.mirror(buf)
+        self.scan.unfollowed[buf] = await self.follower.reattach(
+            buf, mirror, self.chain.marks.prepare
+        )
         self.scan.schedule(buf, delay=0)
 
     def token_at(self, buf: int, row: int) -> str | None:

@@ -19,11 +19,11 @@ from typing import Any
 from .. import tools
 from ..chat import ToolCall
 from ..chat.edits import describe, locate
-from ..chat.render import header_with_id, new_call_id
 from ..config import Config
 from ..tools.base import ToolContext, ToolResult
 from ..tools.policy import decide
 from .follow import TaskFollower
+from .marking import CallMarks, Found, UserError
 from .registry import CallRegistry, Tracked
 from .scan import call_problem
 from .writer import ResultWriter, log_failure
@@ -31,13 +31,6 @@ from .writer import ResultWriter, log_failure
 log = logging.getLogger(__name__)
 
 STRUCTURAL = ("Unclosed fence", "Duplicate id")  # errors the text itself must fix
-RETRIES = 50  # a call's id and mark, while the mirror catches up with the buffer
-
-Found = tuple[Any, ToolCall]  # (mirror, the call as it reads there)
-
-
-class UserError(Exception):
-    """A problem the user can act on; its message is shown as it is."""
 
 
 def denied(reason: str, by: str = "policy") -> ToolResult:
@@ -60,21 +53,22 @@ class CallChain:
         self.follower = follower
         self.tasks = tasks
         self.config = config
+        self.marks = CallMarks(port, registry, writer)
         self._bg: set[asyncio.Future[Any]] = set()
 
     # -- what the user runs -------------------------------------------------------------
     async def run_tool(
         self, buf: int, row: int, cwd: str, gate: asyncio.Future[None] | None = None
     ) -> dict[str, Any]:
-        mirror = await self.mirror(buf)
+        mirror = await self.marks.mirror(buf)
         call = mirror.chat().call_at(row)
         if call is None:
             raise UserError(
                 f"sidekick_tools: no tool call at line {row + 1}. Put the cursor on a "
                 "```tool block of an ASSISTANT message."
             )
-        self._refuse_live(buf, call)
-        tracked = await self.prepare(buf, call)
+        self.marks.refuse_live(buf, call)
+        tracked = await self.marks.prepare(buf, call)
         if tracked is None:
             raise UserError("sidekick_tools: the tool call changed while starting; try again")
         # The mirror has seen prepare's edit (Neovim sends a buffer's line events
@@ -96,7 +90,7 @@ class CallChain:
     ) -> dict[str, Any]:
         """Run the pending calls of the last assistant message (only `ids`, when
         given: the ones the user agreed to), one after the other."""
-        mirror = await self.mirror(buf)
+        mirror = await self.marks.mirror(buf)
         message = mirror.chat().last_assistant()
         pending = [c for c in (message.calls if message else []) if c.pending]
         if ids is not None:
@@ -110,7 +104,7 @@ class CallChain:
             if call.error and call.error.startswith(STRUCTURAL):
                 broken.append(call)  # no block can be told apart from another
                 continue
-            tracked = await self.prepare(buf, call)  # an id added keeps the row
+            tracked = await self.marks.prepare(buf, call)  # an id added keeps the row
             if tracked is not None:
                 chosen.append((tracked, call.start_row))
         if not chosen:
@@ -121,7 +115,7 @@ class CallChain:
 
     async def run_call(self, buf: int, call_id: str, cwd: str) -> dict[str, Any]:
         """Run call `call_id` again (its result block is replaced); no chain."""
-        mirror = await self.mirror(buf)
+        mirror = await self.marks.mirror(buf)
         blocks = [c for c in mirror.chat().calls if c.call_id == call_id]
         if not blocks:
             raise UserError(f"sidekick_tools: no call {call_id} in {mirror.name or buf}")
@@ -131,8 +125,8 @@ class CallChain:
                 "mean with :SidekickRunTool on it"
             )
         call = blocks[0]
-        self._refuse_live(buf, call)
-        tracked = await self.prepare(buf, call)
+        self.marks.refuse_live(buf, call)
+        tracked = await self.marks.prepare(buf, call)
         if tracked is None:
             raise UserError("sidekick_tools: the tool call changed while starting; try again")
         self.spawn(self.chain(tracked, cwd, follow_on=False))
@@ -144,8 +138,8 @@ class CallChain:
         needs the user's consent) or "deny" (the policy refuses it); a broken
         call says its ``problem``. Calls written without an id get one here, so
         the user's answer can name them (`run_tools(..., ids)`)."""
-        await self._give_ids(buf)
-        mirror = await self.mirror(buf)
+        await self.marks.give_ids(buf)
+        mirror = await self.marks.mirror(buf)
         message = mirror.chat().last_assistant()
         out = []
         for call in message.calls if message else []:
@@ -172,7 +166,7 @@ class CallChain:
     async def deny(self, buf: int, row: int, reason: str = "") -> dict[str, Any]:
         """Refuse the pending call at `row`: a ``status=denied`` result whose body
         (what the model reads) is the user's reason."""
-        mirror = await self.mirror(buf)
+        mirror = await self.marks.mirror(buf)
         call = mirror.chat().call_at(row)
         if call is None:
             raise UserError(
@@ -184,7 +178,7 @@ class CallChain:
                 f"sidekick_tools: {call.call_id} already has a result "
                 f"(status={call.result.status}); only a pending call can be denied"
             )
-        tracked = await self.prepare(buf, call)
+        tracked = await self.marks.prepare(buf, call)
         if tracked is None:
             raise UserError("sidekick_tools: the tool call changed while denying; try again")
         text = " ".join(reason.split()) or "The user denied this call."
@@ -240,7 +234,7 @@ class CallChain:
         would unasked (checked again, hardened, under the auto-run timeout);
         the others run as the user agreed to them."""
         deliveries = []
-        mirror = await self.mirror(buf)
+        mirror = await self.marks.mirror(buf)
         snapshot = mirror.chat()  # the calls as they were when the user asked
         for tracked, row in chosen:
             call = snapshot.call_at(row)
@@ -266,7 +260,7 @@ class CallChain:
         """The next pending call of the same message, when it may run without
         asking; else the call that needs consent (or neither: no call left, or
         a broken one, whose ✗ shows why)."""
-        mirror = await self.mirror(previous.buf)
+        mirror = await self.marks.mirror(previous.buf)
         chat = mirror.chat()
         rows = await self.port.mark_rows(previous.buf, [previous.mark])
         prev = locate(chat, previous.call_id, rows.get(previous.mark, -1))  # this very block
@@ -285,12 +279,12 @@ class CallChain:
         denied result and the next call is tried); else the call to ask about."""
         if call_problem(call):
             return None, None  # a broken call needs a person; its ✗ shows why
-        mirror = await self.mirror(buf)
+        mirror = await self.marks.mirror(buf)
         ctx = self.context(cwd, mirror.name, call.call_id or "")
         verdict = decide(call.tool, call.params or {}, ctx, await self.ask_policy(call, ctx))
         if verdict == "ask":
             return None, call
-        tracked = await self.prepare(buf, call)
+        tracked = await self.marks.prepare(buf, call)
         if tracked is None:
             return None, None
         if verdict == "deny":
@@ -309,7 +303,7 @@ class CallChain:
         """Check, ask, run. The result to write, or None when nothing can be written.
         `found`: the call as already read, else it is looked up again.
         `gate`: the call starts working once it is done (see Host._run_request)."""
-        found = found or await self.find(tracked)
+        found = found or await self.marks.find(tracked)
         if found is None:
             return None
         mirror, call = found
@@ -378,77 +372,6 @@ class CallChain:
         """Write the result; a `running` one makes the call follow its task."""
         await self.writer.write(tracked, result)
         await self.follower.delivered(tracked, result)
-
-    # -- finding and marking calls ----------------------------------------------------
-    async def mirror(self, buf: int) -> Any:
-        mirror = await self.port.mirror(buf)
-        if mirror is None:
-            raise UserError(f"sidekick_tools: buffer {buf} is not loaded")
-        return mirror
-
-    def _refuse_live(self, buf: int, call: ToolCall) -> None:
-        tracked = self.registry.get(buf, call.call_id or "")
-        if tracked and tracked.live:
-            what = f" as task {tracked.token}" if tracked.token else ""
-            raise UserError(
-                f"sidekick_tools: {call.call_id} is already running{what}; :SidekickHalt stops it"
-            )
-
-    async def prepare(self, buf: int, call: ToolCall) -> Tracked | None:
-        """Give the call an id (if hand-written without one) and an extmark; follow it."""
-        row = call.start_row
-        for _ in range(RETRIES):
-            mirror = await self.mirror(buf)
-            chat = mirror.chat()
-            current = chat.call_at(row)
-            if current is None or current.start_row != row:
-                moved = chat.call_by_id(call.call_id) if call.call_id else None
-                if moved is None:
-                    return None
-                current, row = moved, moved.start_row
-            edits: list[tuple[int, int, list[str]]] = []
-            call_id = current.call_id
-            if not call_id:
-                call_id = new_call_id({c.call_id for c in chat.calls if c.call_id})
-                edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
-            mark = self.registry.mark_for(buf, call_id)
-            if await self.port.apply(buf, mirror.tick, edits, [(mark, row)]):
-                return self.registry.follow(buf, call_id, current.tool, mirror.name, mark)
-            await asyncio.sleep(0.005)
-        return None
-
-    async def _give_ids(self, buf: int) -> None:
-        """Every pending call of the last assistant message gets an id."""
-        for _ in range(RETRIES):
-            mirror = await self.mirror(buf)
-            chat = mirror.chat()
-            message = chat.last_assistant()
-            missing = [c for c in (message.calls if message else []) if c.pending and not c.call_id]
-            if not missing:
-                return
-            taken = {c.call_id for c in chat.calls if c.call_id}
-            edits = []
-            for call in reversed(missing):
-                call_id = new_call_id(taken)
-                taken.add(call_id)
-                row = call.start_row
-                edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
-            if await self.port.apply(buf, mirror.tick, edits):
-                return
-            await asyncio.sleep(0.005)
-
-    async def find(self, tracked: Tracked) -> Found | None:
-        """The call's current block; None when the block is gone (said to the user)."""
-        mirror = await self.port.mirror(tracked.buf)
-        if mirror is None:
-            self.writer.lost(tracked, "its chat is no longer loaded")
-            return None
-        rows = await self.port.mark_rows(tracked.buf, [tracked.mark])
-        call = locate(mirror.chat(), tracked.call_id, rows.get(tracked.mark, -1))
-        if call is None:
-            self.writer.lost(tracked, "its block was deleted")
-            return None
-        return mirror, call
 
     # -- policy and context ---------------------------------------------------------------
     def context(self, cwd: str, chat: str, call_id: str) -> ToolContext:

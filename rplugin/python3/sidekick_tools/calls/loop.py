@@ -3,8 +3,8 @@ send the results back, until the model answers without tools or needs the user.
 
 One `Session` per chat buffer that has talked to a model. Its reply streams into
 a region of the buffer anchored by an extmark range (Lua keeps it through the
-user's edits elsewhere); edits are coalesced into at most one per `FRAME`
-seconds and sent without waiting for an answer. When the reply ends, its calls
+user's edits elsewhere); reply_stream.py writes it, at most one edit per
+frame, never waiting for an answer. When the reply ends, its calls
 run under the same consent rules as :SidekickRunTool (the policy approves, or
 the loop stops at the call with ▶ until the user runs or denies it); once every
 call has a result (a running one counts) the loop sends again, up to
@@ -19,28 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import tools
 from ..chat import ToolCall
-from ..chat.blocks import STOP_MAX_TOKENS, Usage
 from ..chat.parser import Chat
-from ..chat.render import fence_for
 from ..chat.reply import MARKER
-from ..chat.reply_render import Edit, ReplyRenderer
 from ..config import Config
-from ..secrets_mask import mask
 from ..tools.base import ToolResult
 from .chain import CallChain, UserError
 from .registry import CallRegistry
+from .reply_stream import ReplyStream
 from .writer import ResultWriter, log_failure
 
 log = logging.getLogger(__name__)
-
-FRAME = 0.016  # seconds: at most one buffer edit per frame while a reply streams
-NOTE_FENCE = "sidekick"  # ```sidekick ... blocks: the plugin's notes, never sent
 
 
 @dataclass
@@ -90,7 +83,7 @@ class ChatLoop:
             raise UserError(
                 "sidekick_tools: a reply is still streaming into this chat; :SidekickStop ends it"
             )
-        answer = self._model_of(await self.chain.mirror(buf))  # a bad model: said at once
+        answer = self._model_of(await self.chain.marks.mirror(buf))  # a bad model: said at once
         session.cwd = cwd
         session.turns = 0
         session.armed = True
@@ -220,11 +213,11 @@ class ChatLoop:
 
     # -- sending -----------------------------------------------------------------------
     async def _deny_pending(self, buf: int) -> None:
-        mirror = await self.chain.mirror(buf)
+        mirror = await self.chain.marks.mirror(buf)
         calls = _unanswered(mirror.chat())
         waits = []
         for call in calls:
-            tracked = await self.chain.prepare(buf, call)
+            tracked = await self.chain.marks.prepare(buf, call)
             if tracked is not None:
                 result = ToolResult(
                     status="denied",
@@ -241,7 +234,7 @@ class ChatLoop:
         buf = session.buf
         session.sending = True
         try:
-            mirror = await self.chain.mirror(buf)
+            mirror = await self.chain.marks.mirror(buf)
             # Building a long chat's request takes a while (a 100,000-line chat:
             # ~0.2 s): off the loop, from a copy, so the host keeps answering.
             lines, chat, cfg = list(mirror.lines), mirror.chat(), self._chat_cfg()
@@ -288,7 +281,7 @@ class ChatLoop:
         user to type into while it streams. Returns the region's mark."""
         mark = self.registry.new_mark()
         for _ in range(50):
-            mirror = await self.chain.mirror(buf)
+            mirror = await self.chain.marks.mirror(buf)
             lines = mirror.lines
             n = len(lines)
             last = mirror.chat().messages[-1] if mirror.chat().messages else None
@@ -315,50 +308,16 @@ class ChatLoop:
 
     # -- streaming -----------------------------------------------------------------------
     async def _stream(self, session: Session, request: Any, key: str | None) -> None:
-        from ..llm import LLMError
-
-        renderer = ReplyRenderer()
-        writer = _ReplyWriter(self.port, session, renderer)
-        secret = (key,) if key else ()
-        error: str | None = None
-        stopped = False
-        call_ids: list[str] = []
         try:
-            try:
-                async for delta in self.client().stream(
-                    request, key, self._retry_notice(session, secret)
-                ):
-                    renderer.feed(delta)
-                    writer.soon()
-            except asyncio.CancelledError:
-                stopped = True
-            except LLMError as exc:
-                error = exc.message
-            except Exception as exc:  # a bug must not lose the reply
-                log.error("chat %d: the reply stream failed (%s)", session.buf, type(exc).__name__)
-                error = f"internal error ({type(exc).__name__}; details in the host log)"
-            renderer.finish(stopped=stopped or error is not None)
-            note = []
-            if error is not None:
-                note = _note("error", mask(error, secret))
-            elif stopped:
-                note = _note("stopped", "Stopped by the user; what arrived is above.")
-            elif renderer.reply.stop is not None and renderer.reply.stop.reason == STOP_MAX_TOKENS:
-                note = _note("max_tokens", "The reply reached chat.max_tokens and was cut there.")
-            await writer.final(note)
-            self._usage(session, renderer.reply.usage)
-            call_ids = [c.call_id for c in renderer.reply.tool_calls]
-        except Exception:  # never leave the chat "streaming" for good
-            log.exception("chat %d: the end of a reply failed", session.buf)
-            error = error or "internal error at the end of the reply (details in the host log)"
+            end = await ReplyStream(self.port, session).run(self.client(), request, key)
         finally:
             session.streaming = None
-        if error is not None:
+        if end.error is not None:
             session.armed = False
-            self.port.notify_user(f"sidekick_tools: {mask(error, secret)}", "error")
-        elif stopped:
+            self.port.notify_user(f"sidekick_tools: {end.error}", "error")
+        elif end.stopped:
             session.armed = False
-        await self._after_reply(session, call_ids)
+        await self._after_reply(session, end.call_ids)
 
     async def _after_reply(self, session: Session, call_ids: list[str]) -> None:
         """Run the reply's calls as the policy allows; the loop goes on from the
@@ -371,7 +330,7 @@ class ChatLoop:
             return
         if not session.armed:  # stopped or failed: its calls wait for the user
             return
-        mirror = await self.chain.mirror(session.buf)
+        mirror = await self.chain.marks.mirror(session.buf)
         # the reply's own calls: those of the last assistant message (an id the
         # model reused from an earlier call must not reach that call)
         reply_message = mirror.chat().last_assistant()
@@ -386,34 +345,6 @@ class ChatLoop:
                 ":SidekickRunTool runs it, :SidekickDeny refuses it",
                 "warn",
             )
-
-    def _usage(self, session: Session, usage: Usage) -> None:
-        if session.mark is None:
-            return
-        parts = []
-        if usage.input_tokens is not None:
-            parts.append(f"↑{usage.input_tokens}")
-        if usage.output_tokens is not None:
-            parts.append(f"↓{usage.output_tokens}")
-        if usage.cache_read_tokens:
-            parts.append(f"cache {usage.cache_read_tokens}")
-        if usage.cache_write_tokens:
-            parts.append(f"cache+ {usage.cache_write_tokens}")
-        if parts:
-            self.port.emit(
-                {"type": "usage", "buf": session.buf, "mark": session.mark, "text": " ".join(parts)}
-            )
-
-    def _retry_notice(self, session: Session, secret: tuple[str, ...]) -> Any:
-        def on_retry(notice: Any) -> None:
-            self.port.notify_user(
-                f"sidekick_tools: {mask(notice.reason, secret)}; trying again in "
-                f"{notice.delay:.1f}s "
-                f"({notice.attempt}/{notice.max_attempts})",
-                "warn",
-            )
-
-        return on_retry
 
     def client(self) -> Any:
         if self._client is None:
@@ -433,69 +364,6 @@ class ChatLoop:
         self._bg.add(fut)
         fut.add_done_callback(self._bg.discard)
         fut.add_done_callback(log_failure)
-
-
-class _ReplyWriter:
-    """The reply's edits, coalesced to one per frame, sent without waiting."""
-
-    def __init__(self, port: Any, session: Session, renderer: ReplyRenderer) -> None:
-        self.port = port
-        self.session = session
-        self.renderer = renderer
-        self._handle: asyncio.TimerHandle | None = None
-        self._last = 0.0
-        # The region starts as the ASSISTANT: line the send wrote: the renderer's
-        # first edit (that line itself) is already in the buffer.
-        renderer.take()
-        self._shown: list[str] = renderer.lines  # the region as the buffer has it
-
-    def soon(self) -> None:
-        if self._handle is not None:
-            return
-        loop = asyncio.get_event_loop()
-        wait = max(0.0, self._last + FRAME - time.monotonic())
-        self._handle = loop.call_later(wait, self.flush)
-
-    def flush(self) -> None:
-        self._handle = None
-        self._last = time.monotonic()
-        edit = self.renderer.take()
-        if edit is None:
-            return
-        self._send(edit)
-
-    def _send(self, edit: Edit) -> None:
-        expect = self._shown[edit.start_row]
-        self.port.reply_edit(
-            self.session.buf,
-            self.session.mark,
-            [edit.start_row, edit.start_col, edit.end_row, edit.end_col, list(edit.lines)],
-            expect,
-            len(self._shown),
-        )
-        self._shown = self.renderer.lines
-
-    async def final(self, note: list[str]) -> None:
-        """The last edit, the note under the reply (error, stop), and the region
-        written whole once if the user's edits ever made the two disagree."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        edit = self.renderer.take()
-        if edit is not None:
-            self._send(edit)
-        lines = self.renderer.lines
-        if note:
-            lines = [*lines, *note]
-        ok = await self.port.reply_close(self.session.buf, self.session.mark, lines)
-        if not ok:
-            log.warning("chat %d: the reply's region is gone; it was not written", self.session.buf)
-
-
-def _note(kind: str, text: str) -> list[str]:
-    """A note of the plugin's under a reply: shown in the chat, never sent."""
-    fence = fence_for(text)
-    return ["", f"{fence}{NOTE_FENCE} {kind}", *text.split("\n"), fence]
 
 
 def _unanswered(chat: Chat) -> list[ToolCall]:

@@ -1,0 +1,101 @@
+"""Finding a chat's calls and marking them: the id a hand-written call gets,
+the extmark that follows a call's header through edits, and the call's block
+found again by mark and id (never by row alone: an earlier block may carry the
+same id). Every edit is applied at the mirror's changedtick, tried again
+while the buffer moves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..chat import ToolCall
+from ..chat.edits import locate
+from ..chat.render import header_with_id, new_call_id
+from .registry import CallRegistry, Tracked
+
+RETRIES = 50  # a call's id and mark, while the mirror catches up with the buffer
+
+Found = tuple[Any, ToolCall]  # (mirror, the call as it reads there)
+
+
+class UserError(Exception):
+    """A problem the user can act on; its message is shown as it is."""
+
+
+class CallMarks:
+    def __init__(self, port: Any, registry: CallRegistry, writer: Any) -> None:
+        self.port = port
+        self.registry = registry
+        self.writer = writer
+
+    async def mirror(self, buf: int) -> Any:
+        mirror = await self.port.mirror(buf)
+        if mirror is None:
+            raise UserError(f"sidekick_tools: buffer {buf} is not loaded")
+        return mirror
+
+    def refuse_live(self, buf: int, call: ToolCall) -> None:
+        tracked = self.registry.get(buf, call.call_id or "")
+        if tracked and tracked.live:
+            what = f" as task {tracked.token}" if tracked.token else ""
+            raise UserError(
+                f"sidekick_tools: {call.call_id} is already running{what}; :SidekickHalt stops it"
+            )
+
+    async def prepare(self, buf: int, call: ToolCall) -> Tracked | None:
+        """Give the call an id (if hand-written without one) and an extmark; follow it."""
+        row = call.start_row
+        for _ in range(RETRIES):
+            mirror = await self.mirror(buf)
+            chat = mirror.chat()
+            current = chat.call_at(row)
+            if current is None or current.start_row != row:
+                moved = chat.call_by_id(call.call_id) if call.call_id else None
+                if moved is None:
+                    return None
+                current, row = moved, moved.start_row
+            edits: list[tuple[int, int, list[str]]] = []
+            call_id = current.call_id
+            if not call_id:
+                call_id = new_call_id({c.call_id for c in chat.calls if c.call_id})
+                edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
+            mark = self.registry.mark_for(buf, call_id)
+            if await self.port.apply(buf, mirror.tick, edits, [(mark, row)]):
+                return self.registry.follow(buf, call_id, current.tool, mirror.name, mark)
+            await asyncio.sleep(0.005)
+        return None
+
+    async def give_ids(self, buf: int) -> None:
+        """Every pending call of the last assistant message gets an id."""
+        for _ in range(RETRIES):
+            mirror = await self.mirror(buf)
+            chat = mirror.chat()
+            message = chat.last_assistant()
+            missing = [c for c in (message.calls if message else []) if c.pending and not c.call_id]
+            if not missing:
+                return
+            taken = {c.call_id for c in chat.calls if c.call_id}
+            edits = []
+            for call in reversed(missing):
+                call_id = new_call_id(taken)
+                taken.add(call_id)
+                row = call.start_row
+                edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
+            if await self.port.apply(buf, mirror.tick, edits):
+                return
+            await asyncio.sleep(0.005)
+
+    async def find(self, tracked: Tracked) -> Found | None:
+        """The call's current block; None when the block is gone (said to the user)."""
+        mirror = await self.port.mirror(tracked.buf)
+        if mirror is None:
+            self.writer.lost(tracked, "its chat is no longer loaded")
+            return None
+        rows = await self.port.mark_rows(tracked.buf, [tracked.mark])
+        call = locate(mirror.chat(), tracked.call_id, rows.get(tracked.mark, -1))
+        if call is None:
+            self.writer.lost(tracked, "its block was deleted")
+            return None
+        return mirror, call
