@@ -5,6 +5,10 @@
 -- closes on a line of at least as many backticks; role markers inside a fence
 -- are text.
 --
+-- A window gets the 'foldexpr' only once its chat holds a thinking block (on
+-- entering it, or when a reply with thinking is written): a chat without one
+-- pays nothing while a reply streams.
+--
 -- Each buffer's blocks are found by one scan that goes no further than the
 -- rows 'foldexpr' asks about, and an edit rewinds it to the edited row only
 -- (nvim_buf_attach): a reply streaming at the end of a long chat rescans only
@@ -194,6 +198,32 @@ end
 
 local OPTIONS = { "foldmethod", "foldexpr", "foldtext", "foldlevel" }
 
+local THINKING_FENCE = [[^```\+\s*thinking\>]]
+
+--- Does `buf` hold a thinking block? (A search in C: cheap on a long chat.)
+function M.has_thinking(buf)
+  return vim.api.nvim_buf_call(buf, function()
+    return vim.fn.search(THINKING_FENCE, "nw") > 0
+  end)
+end
+
+--- A reply was written into `buf`: when it holds thinking, the windows showing
+--- `buf` fold it (a chat without thinking gets no 'foldexpr' until then).
+---@param lines string[] the reply's lines
+function M.reply_written(buf, lines)
+  if not (config.current.ui or {}).fold_thinking then
+    return
+  end
+  for _, line in ipairs(lines) do
+    if line:match("^```+%s*thinking") then
+      for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+        M.apply(win, buf)
+      end
+      return
+    end
+  end
+end
+
 --- Window `win` shows chat `buf`: with ui.fold_thinking, its thinking blocks
 --- fold, closed. Only this buffer in this window is changed (as :setlocal).
 function M.apply(win, buf)
@@ -203,10 +233,13 @@ function M.apply(win, buf)
   local ui = config.current.ui or {}
   local ours = vim.wo[win].foldexpr == M.EXPR
   if ui.fold_thinking then
-    scan_of(buf)
     if ours then
       return -- set already: folds the user opened (zR, a foldlevel) stay open
     end
+    if not M.has_thinking(buf) then
+      return -- nothing to fold: 'foldexpr' would cost a streaming reply for nothing
+    end
+    scan_of(buf)
     vim.api.nvim_win_call(win, function()
       local wo = vim.opt_local -- :setlocal: this buffer in this window
       wo.foldmethod = "expr"

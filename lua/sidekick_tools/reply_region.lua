@@ -77,6 +77,7 @@ function M.close(buf, mark, lines)
   if not vim.deep_equal(current, lines) then
     edit(buf, vim.api.nvim_buf_set_lines, buf, first, last + 1, false, lines)
   end
+  require("sidekick_tools.folds").reply_written(buf, lines)
   return true
 end
 

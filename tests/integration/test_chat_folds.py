@@ -180,6 +180,8 @@ def test_a_streamed_replys_thinking_folds_closed(editor, fake):
         }
     )
     editor.open_chat("USER: decide\n")
+    # no thinking yet: the window keeps its own folding (a stream costs nothing)
+    assert editor.lua("return vim.wo.foldmethod") == "manual"
     editor.nvim.command("SidekickSend")
     editor.wait_text("Decided.")
     wait_for(lambda: editor.lines()[-1] == "USER: ")

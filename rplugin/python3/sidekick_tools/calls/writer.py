@@ -117,15 +117,19 @@ class ResultWriter:
         )
         log.info("%s: result not written (%s)", what, why)
 
-    def delivered(self, result: ToolResult) -> None:
+    def delivered(self, tracked: Tracked, result: ToolResult) -> None:
         """A task's final result is in the chat: the store says so, so that the
-        call is never given its task's result twice nor run again by mistake."""
+        call is never given its task's result twice nor run again by mistake.
+        Only the call's own task (its chat and call id) is marked."""
         token = result.fields.get("task")
-        if token and result.status not in ("running", "queued"):
-            try:
+        if not token or result.status in ("running", "queued"):
+            return
+        try:
+            task = self.tasks.get(str(token))
+            if task is not None and (task.chat, task.call_id) == (tracked.chat, tracked.call_id):
                 self.tasks.mark_delivered(str(token))
-            except Exception:
-                log.warning("marking task %s delivered failed", token, exc_info=True)
+        except Exception:
+            log.warning("marking task %s delivered failed", token, exc_info=True)
 
     # -- the queue -----------------------------------------------------------------
     def _result_item(self, tracked: Tracked, result: ToolResult) -> Pending:
@@ -253,7 +257,7 @@ class _Batch:
             writer.lost(item.tracked, "its block was deleted", item.result)
             item.resolve(False)
         for item in self.written:
-            writer.delivered(item.result)  # type: ignore[arg-type]
+            writer.delivered(item.tracked, item.result)  # type: ignore[arg-type]
             writer.on_written(item.tracked, item.result)  # type: ignore[arg-type]
             item.resolve(True)
         for item in batch:
