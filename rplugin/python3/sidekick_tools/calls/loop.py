@@ -116,6 +116,13 @@ class ChatLoop:
         except UserError as exc:
             session.armed = False
             self.port.notify_user(str(exc), "error")
+        except Exception:  # nobody waits for this answer any more: say it
+            log.exception("chat %d: sending failed", session.buf)
+            session.armed = False
+            self.port.notify_user(
+                "sidekick_tools: sending failed (an internal error; details in the host log)",
+                "error",
+            )
 
     def stop(self, buf: int) -> dict[str, Any]:
         """:SidekickStop: close the stream at once, keep what arrived, and disarm

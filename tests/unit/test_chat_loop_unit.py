@@ -1,0 +1,45 @@
+"""The chat loop's send after its answer: whatever goes wrong is said."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sidekick_tools.calls.loop import ChatLoop, Session
+from sidekick_tools.calls.marking import UserError
+from sidekick_tools.config import Config
+
+
+class Port:
+    def __init__(self) -> None:
+        self.told: list[tuple[str, str]] = []
+
+    def notify_user(self, msg: str, level: str) -> None:
+        self.told.append((msg, level))
+
+
+def loop_with(port: Port, failure: BaseException) -> ChatLoop:
+    loop = ChatLoop(port, None, None, None, Config.from_dict({}))
+
+    async def send(_session: Any) -> None:
+        raise failure
+
+    loop._send = send  # type: ignore[method-assign]
+    return loop
+
+
+async def test_a_problem_found_after_the_answer_is_said_and_disarms():
+    port = Port()
+    session = Session(buf=1, cwd="/", armed=True)
+    await loop_with(port, UserError("sidekick_tools: no key"))._send_or_say(session)
+    assert port.told == [("sidekick_tools: no key", "error")]
+    assert not session.armed
+
+
+async def test_an_internal_error_after_the_answer_is_said_not_lost(caplog):
+    port = Port()
+    session = Session(buf=1, cwd="/", armed=True)
+    await loop_with(port, RuntimeError("boom"))._send_or_say(session)
+    assert len(port.told) == 1 and "sending failed" in port.told[0][0]
+    assert "boom" not in port.told[0][0]  # the details are in the host log
+    assert "boom" in caplog.text
+    assert not session.armed
