@@ -282,8 +282,8 @@ def rows(b: Any, res: dict[str, dict[str, Any]], lines: int, units: int) -> None
         "-",
         None,
         "ms",
-        f"over the {len(res['ours']['streams'])} paced replies of each side: the editor waits "
-        "for the answer to `send` (a synchronous request) while the host builds the request; "
+        f"over the {len(res['ours']['streams'])} paced replies of each side: `send` is "
+        "answered at once and the host builds the request after its answer; "
         "the baseline builds it in the editor",
     )
     b.row(
