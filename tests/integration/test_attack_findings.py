@@ -24,6 +24,7 @@ from tests.conftest import wait_for
 from tests.fake_provider import ThreadedFakeProvider, reply, tool_call
 from tests.fake_provider.anthropic_wire import events as anthropic_events
 from tests.fake_provider.anthropic_wire import sse as anthropic_sse
+from tests.integration.chat_helpers import send, use_fake
 
 pytestmark = pytest.mark.integration
 
@@ -251,21 +252,9 @@ def test_f6_a_deeply_nested_tool_input_leaves_the_chat_stuck_streaming(editor):
     "reply stopped" but clears nothing, completion notices wait for ever."""
     with ThreadedFakeProvider(api_key=KEY) as fake:
         fake.push(_deep_tool_reply(100_000), reply("second answer"))
-        editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
-        editor.setup(
-            chat={
-                "model": "fake/test-model",
-                "providers": {
-                    "fake": {
-                        "kind": "anthropic",
-                        "base_url": fake.anthropic_url,
-                        "api_key": "env:FAKE_KEY",
-                    }
-                },
-            }
-        )
+        use_fake(editor, fake, KEY)
         editor.open_chat("USER: read something\n")
-        editor.lua("return require('sidekick_tools').send()")
+        send(editor)
         wait_for(lambda: len(fake.requests) == 1)
         editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: hello again'})")
 
@@ -289,21 +278,9 @@ def test_f7_an_api_key_with_a_non_ascii_character_is_written_into_the_chat(edito
     itself, and the typographic hyphens keep the format masks from matching."""
     key = "sk\u2010ant\u2010api03\u2010" + "Q" * 40  # the real key, with U+2010 for "-"
     with ThreadedFakeProvider(api_key=KEY) as fake:
-        editor.lua("vim.env.FAKE_KEY = ...", key)
-        editor.setup(
-            chat={
-                "model": "fake/test-model",
-                "providers": {
-                    "fake": {
-                        "kind": "anthropic",
-                        "base_url": fake.anthropic_url,
-                        "api_key": "env:FAKE_KEY",
-                    }
-                },
-            }
-        )
+        use_fake(editor, fake, key)
         editor.open_chat("USER: hello\n")
-        editor.lua("return require('sidekick_tools').send()")
+        send(editor)
         note = wait_for(lambda: [n for n in editor.notifications() if "API key" in n])
         assert "not printable ASCII" in note[0]
         shown = editor.text() + "\n".join(editor.notifications())
@@ -334,21 +311,9 @@ def test_f8_a_private_key_read_without_its_begin_line_reaches_the_model(editor):
             reply(tool_call("run_terminal_command", {"command": "tail -n +2 deploy_key"})),
             reply("Thanks."),
         )
-        editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
-        editor.setup(
-            chat={
-                "model": "fake/test-model",
-                "providers": {
-                    "fake": {
-                        "kind": "anthropic",
-                        "base_url": fake.anthropic_url,
-                        "api_key": "env:FAKE_KEY",
-                    }
-                },
-            }
-        )
+        use_fake(editor, fake, KEY)
         editor.open_chat("USER: look at the deploy key\n")
-        editor.lua("return require('sidekick_tools').send()")
+        send(editor)
         wait_for(lambda: len(fake.requests) == 2, timeout=20)
         sent = json.dumps(fake.requests[1].json)
         assert not any(line in sent for line in PEM_BODY), sent[-1500:]
@@ -365,21 +330,9 @@ def test_f9_a_reply_with_one_long_line_freezes_editor_requests(editor):
     seconds (16 MiB: 45 s measured)."""
     with ThreadedFakeProvider(api_key=KEY) as fake:
         fake.push(reply("x" * (6 << 20), chunk=256 << 10, tokens_per_second=20))
-        editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
-        editor.setup(
-            chat={
-                "model": "fake/test-model",
-                "providers": {
-                    "fake": {
-                        "kind": "anthropic",
-                        "base_url": fake.anthropic_url,
-                        "api_key": "env:FAKE_KEY",
-                    }
-                },
-            }
-        )
+        use_fake(editor, fake, KEY)
         editor.open_chat("USER: hi\n")
-        editor.lua("return require('sidekick_tools').send()")
+        send(editor)
         wait_for(lambda: len(fake.requests) == 1)
         full = len("ASSISTANT: ") + (6 << 20)
         worst = 0.0
@@ -466,22 +419,9 @@ def test_f12_after_stop_a_models_background_task_restarts_the_loop(editor):
             reply(tool_call("list_directory", {"path": "."}, id=pwned_probe)),
             reply("Carried on without you."),
         )
-        editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
-        editor.setup(
-            auto_accept={"timeout": 4},
-            chat={
-                "model": "fake/test-model",
-                "providers": {
-                    "fake": {
-                        "kind": "anthropic",
-                        "base_url": fake.anthropic_url,
-                        "api_key": "env:FAKE_KEY",
-                    }
-                },
-            },
-        )
+        use_fake(editor, fake, KEY, auto_accept={"timeout": 4})
         editor.open_chat("USER: start watching\n")
-        editor.lua("return require('sidekick_tools').send()")
+        send(editor)
         editor.wait_text("Working on it.")
         editor.lua("require('sidekick_tools').stop()")
         editor.wait_text("```sidekick stopped")

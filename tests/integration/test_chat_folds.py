@@ -12,6 +12,7 @@ from sidekick_tools.chat.conversation import read_chat
 
 from tests.conftest import wait_for
 from tests.fake_provider import ThreadedFakeProvider, reply, text, thinking
+from tests.integration.chat_helpers import use_fake
 
 pytestmark = pytest.mark.integration
 
@@ -165,20 +166,7 @@ def test_a_streamed_replys_thinking_folds_closed(editor, fake):
             tokens_per_second=200,
         )
     )
-    editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
-    editor.setup(
-        chat={
-            "model": "fake/m",
-            "thinking": 1024,
-            "providers": {
-                "fake": {
-                    "kind": "anthropic",
-                    "base_url": fake.anthropic_url,
-                    "api_key": "env:FAKE_KEY",
-                }
-            },
-        }
-    )
+    use_fake(editor, fake, KEY, chat={"model": "fake/m", "thinking": 1024})
     editor.open_chat("USER: decide\n")
     # no thinking yet: the window keeps its own folding (a stream costs nothing)
     assert editor.lua("return vim.wo.foldmethod") == "manual"

@@ -21,6 +21,7 @@ from tests.fake_provider import (
     thinking,
     tool_call,
 )
+from tests.integration.chat_helpers import send, use_fake
 
 pytestmark = pytest.mark.integration
 
@@ -39,19 +40,7 @@ def fake() -> Iterator[Any]:
 
 
 def setup(editor, fake, kind: str, **chat: Any) -> None:
-    url = fake.anthropic_url if kind == "anthropic" else fake.openai_url
-    editor.lua(f"vim.env.FAKE_KEY = '{KEY}'")
-    editor.setup(
-        chat={
-            "model": "fake/test-model",
-            "providers": {"fake": {"kind": kind, "base_url": url, "api_key": "env:FAKE_KEY"}},
-            **chat,
-        }
-    )
-
-
-def send(editor) -> Any:
-    return editor.lua("return require('sidekick_tools').send()")
+    use_fake(editor, fake, KEY, kind, chat=chat)
 
 
 def messages(request: Any) -> list[dict]:
