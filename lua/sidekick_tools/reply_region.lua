@@ -33,6 +33,43 @@ local function edit(buf, fn, ...)
   return ok
 end
 
+local ROLE = { "^USER:", "^ASSISTANT:", "^SYSTEM:" }
+
+local function starts_message(line)
+  for _, pattern in ipairs(ROLE) do
+    if line:match(pattern) then
+      return true
+    end
+  end
+  return false
+end
+
+-- A window whose cursor is in the message just sent (no other message between
+-- it and the reply) moves to the empty USER: line below the reply: the window
+-- follows the reply as it streams, and the next message is typed there. A
+-- cursor elsewhere, or the user typing in the current window, stays put.
+local function follow(buf, row)
+  local last = vim.api.nvim_buf_line_count(buf) - 1
+  local current = vim.api.nvim_get_current_win()
+  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+    local cur = vim.api.nvim_win_get_cursor(win)[1] - 1
+    local idle = win ~= current or vim.api.nvim_get_mode().mode == "n"
+    if idle and cur <= row and cur < last then
+      local sent = true
+      for _, line in ipairs(vim.api.nvim_buf_get_lines(buf, cur + 1, row, false)) do
+        if starts_message(line) then
+          sent = false
+          break
+        end
+      end
+      if sent then
+        local text = vim.api.nvim_buf_get_lines(buf, last, last + 1, false)[1] or ""
+        vim.api.nvim_win_set_cursor(win, { last + 1, #text })
+      end
+    end
+  end
+end
+
 function M.open(buf, mark, row)
   local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
   vim.api.nvim_buf_set_extmark(buf, M.ns, row, 0, {
@@ -44,6 +81,7 @@ function M.open(buf, mark, row)
     undo_restore = false,
   })
   desynced[mark] = nil
+  follow(buf, row)
 end
 
 --- One streamed edit { start_row, start_col, end_row, end_col, lines } relative

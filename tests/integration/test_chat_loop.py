@@ -423,3 +423,24 @@ def test_send_answers_at_once_and_says_later_problems(editor, fake, kind):
     got = editor.lua("return { require('sidekick_tools').send() }")
     assert got[0] is None and 'No provider "nowhere"' in got[1]
     assert len(fake.requests) == 1
+
+
+def test_the_window_follows_the_reply_from_the_message_sent(editor, fake, kind):
+    """The cursor in the message just sent moves to the empty USER: line below
+    the reply, so the window follows the reply as it streams; a cursor in an
+    earlier message stays where it is."""
+    fake.push(reply("Here.\n" * 5), reply("Again."))
+    setup(editor, fake, kind)
+    editor.open_chat("USER: first\n\nASSISTANT: ok\n\nUSER: tell me\nmore lines\n")
+    editor.nvim.command("call cursor(5, 1)")
+    send(editor)
+    editor.wait_text("Here.")
+    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    last = len(editor.lines())
+    assert editor.nvim.current.window.cursor[0] == last  # on the empty USER: line
+    # the cursor in an earlier message: it stays on that line
+    editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: once more'})")
+    editor.nvim.command("call cursor(1, 1)")
+    send(editor)
+    editor.wait_text("Again.")
+    assert tuple(editor.nvim.current.window.cursor) == (1, 0)
