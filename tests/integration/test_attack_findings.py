@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -25,15 +23,11 @@ from tests.fake_provider import ThreadedFakeProvider, reply, tool_call
 from tests.fake_provider.anthropic_wire import events as anthropic_events
 from tests.fake_provider.anthropic_wire import sse as anthropic_sse
 from tests.integration.chat_helpers import send, use_fake
+from tests.integration.git_helpers import git_repo
 
 pytestmark = pytest.mark.integration
 
 HEAD = "USER: go\n\nASSISTANT: On it.\n\n"
-GIT_ENV = {
-    **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 KEY = "sk-ant-api03-" + "k" * 40
 
 
@@ -43,16 +37,6 @@ def call(call_id: str, tool: str, params: dict) -> str:
 
 def header_row(editor, call_id: str) -> int:
     return next(i for i, line in enumerate(editor.lines()) if f"id={call_id}" in line)
-
-
-def git_repo(path: Path) -> None:
-    subprocess.run(["git", "init", "-q", str(path)], check=True, env=GIT_ENV)
-    (path / "a.txt").write_text("a\n")
-    for args in (
-        ["add", "a.txt"],
-        ["-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "first"],
-    ):
-        subprocess.run(["git", *args], cwd=path, check=True, env=GIT_ENV)
 
 
 # --------------------------------------------------------------------------- finding 1

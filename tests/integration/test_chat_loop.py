@@ -303,6 +303,15 @@ def background_chat(marker) -> str:
     )
 
 
+def start_background(editor, fake, kind: str, marker) -> str:
+    """A chat whose call runs in the background until `marker` exists: its token."""
+    setup(editor, fake, kind)
+    editor.open_chat(background_chat(marker))
+    editor.run_tool(5)
+    text_ = editor.wait_text("```result id=call_bg status=running task=")
+    return text_.split("task=")[1].split()[0]
+
+
 def test_a_notice_never_lands_between_a_call_and_its_result(editor, fake, kind):
     marker = editor.workdir / "release"
     fake.push(
@@ -314,11 +323,7 @@ def test_a_notice_never_lands_between_a_call_and_its_result(editor, fake, kind):
         ),
         reply("Noted both."),
     )
-    setup(editor, fake, kind)
-    editor.open_chat(background_chat(marker))
-    editor.run_tool(5)
-    text_ = editor.wait_text("```result id=call_bg status=running task=")
-    token = text_.split("task=")[1].split()[0]
+    token = start_background(editor, fake, kind, marker)
     editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: meanwhile, look around'})")
     send(editor)
     editor.wait_text("Looking around while it runs.")
@@ -337,11 +342,7 @@ def test_a_notice_never_lands_between_a_call_and_its_result(editor, fake, kind):
 def test_a_notice_in_an_idle_chat_is_sent(editor, fake, kind):
     marker = editor.workdir / "release"
     fake.push(reply("I will wait for it."), reply("The task finished; all good."))
-    setup(editor, fake, kind)
-    editor.open_chat(background_chat(marker))
-    editor.run_tool(5)
-    text_ = editor.wait_text("```result id=call_bg status=running task=")
-    token = text_.split("task=")[1].split()[0]
+    token = start_background(editor, fake, kind, marker)
     editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: tell me when done'})")
     send(editor)
     editor.wait_text("I will wait for it.")

@@ -7,20 +7,13 @@ approves run on their own, exactly as checked, under auto_accept.timeout.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import pytest
 
 from tests.conftest import wait_for
+from tests.integration.git_helpers import git_repo
 
 pytestmark = pytest.mark.integration
-
-GIT_ENV = {
-    **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 
 
 def call(command: str, call_id: str) -> str:
@@ -34,16 +27,6 @@ def chat(*blocks: str) -> str:
 
 def header(editor, call_id: str) -> int:
     return editor.lines().index(f"```tool run_terminal_command id={call_id}")
-
-
-def git_repo(path) -> None:
-    subprocess.run(["git", "init", "-q", str(path)], check=True, env=GIT_ENV)
-    (path / "a.txt").write_text("a\n")
-    for args in (
-        ["add", "a.txt"],
-        ["-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "first"],
-    ):
-        subprocess.run(["git", *args], cwd=path, check=True, env=GIT_ENV)
 
 
 def test_a_chained_git_log_output_never_rewrites_the_config(editor, tmp_path):
