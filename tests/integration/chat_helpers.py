@@ -21,3 +21,14 @@ def use_fake(editor: Any, fake: Any, key: str, kind: str = "anthropic", **opts: 
 def send(editor: Any) -> Any:
     """:SidekickSend through the Lua API; its answer."""
     return editor.lua("return require('sidekick_tools').send()")
+
+
+def wait_replies(editor: Any, count: int) -> None:
+    """Until `count` replies of the current chat have ended: each shows its token
+    usage on its ASSISTANT: line when its stream is over (the fake sends usage), and
+    only then does :SidekickSend take the next message."""
+    from tests.conftest import wait_for
+
+    ns = "vim.api.nvim_create_namespace('sidekick_tools_usage')"
+    marks = f"return #vim.api.nvim_buf_get_extmarks(0, {ns}, 0, -1, {{}})"
+    wait_for(lambda: editor.lua(marks) >= count)

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.fake_provider import ThreadedFakeProvider, reply
+from tests.integration.chat_helpers import wait_replies
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +68,8 @@ def test_send_and_stop_commands(editor, fake):
     editor.open_chat("USER: hello\n")
     editor.nvim.command("SidekickSend")
     editor.wait_text("ASSISTANT: First answer.")
-    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    wait_replies(editor, 1)
+    assert editor.lines()[-1] == "USER: "
     assert fake.requests[0].json["model"] == "test-model"
     # the second reply hangs mid-stream until :SidekickStop closes the connection
     editor.nvim.command("call setline('$', 'USER: and more')")
@@ -87,7 +89,8 @@ def test_send_and_stop_keys_are_buffer_local_and_configurable(editor, fake):
         assert m["buffer"] == 1 and command in m["rhs"]
     feed(editor, "<F6>")
     editor.wait_text("ASSISTANT: Answer by key.")
-    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    wait_replies(editor, 1)
+    assert editor.lines()[-1] == "USER: "
     editor.nvim.command("call setline('$', 'USER: long one')")
     feed(editor, "<F6>")
     editor.wait_text("word word")

@@ -21,7 +21,7 @@ from tests.fake_provider import (
     thinking,
     tool_call,
 )
-from tests.integration.chat_helpers import send, use_fake
+from tests.integration.chat_helpers import send, use_fake, wait_replies
 
 pytestmark = pytest.mark.integration
 
@@ -436,7 +436,8 @@ def test_the_window_follows_the_reply_from_the_message_sent(editor, fake, kind):
     editor.nvim.command("call cursor(5, 1)")
     send(editor)
     editor.wait_text("Here.")
-    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    wait_replies(editor, 1)
+    assert editor.lines()[-1] == "USER: "
     last = len(editor.lines())
     assert editor.nvim.current.window.cursor[0] == last  # on the empty USER: line
     # the cursor in an earlier message: it stays on that line
