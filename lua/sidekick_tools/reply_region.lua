@@ -44,6 +44,21 @@ local function starts_message(line)
   return false
 end
 
+-- Whether a message starts in rows [first, last): read a few rows at a time, so
+-- a cursor far above the reply costs what it takes to find the next message,
+-- not a copy of every row in between.
+local function message_between(buf, first, last)
+  local step = 64
+  for from = first, last - 1, step do
+    for _, line in ipairs(vim.api.nvim_buf_get_lines(buf, from, math.min(from + step, last), false)) do
+      if starts_message(line) then
+        return true
+      end
+    end
+  end
+  return false
+end
+
 -- A window whose cursor is in the message just sent (no other message between
 -- it and the reply) moves to the empty USER: line below the reply: the window
 -- follows the reply as it streams, and the next message is typed there. A
@@ -55,14 +70,7 @@ local function follow(buf, row)
     local cur = vim.api.nvim_win_get_cursor(win)[1] - 1
     local idle = win ~= current or vim.api.nvim_get_mode().mode == "n"
     if idle and cur <= row and cur < last then
-      local sent = true
-      for _, line in ipairs(vim.api.nvim_buf_get_lines(buf, cur + 1, row, false)) do
-        if starts_message(line) then
-          sent = false
-          break
-        end
-      end
-      if sent then
+      if not message_between(buf, cur + 1, row) then
         local text = vim.api.nvim_buf_get_lines(buf, last, last + 1, false)[1] or ""
         vim.api.nvim_win_set_cursor(win, { last + 1, #text })
       end
