@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from sidekick_tools.buffers import BufferMirror
 from sidekick_tools.chat.render import result_lines
 from sidekick_tools.llm.errors import ChatNotReady, ConfigError
 from sidekick_tools.llm.request import build_request
@@ -101,6 +102,86 @@ def test_secrets_are_masked_in_what_is_sent():
 def test_the_same_lines_give_the_same_bytes():
     lines = ["USER: a", "ASSISTANT: b", "USER: c ü"]
     assert build(lines).http.body == build(list(lines)).http.body
+
+
+# A chat with every kind of block: thinking (signed, redacted, and unsigned from
+# another provider, which drops out and merges the turns around it), calls with
+# results, two user messages in a row, non-ASCII text and a secret.
+RICH = [
+    "SYSTEM: be brief",
+    "USER: hello ü",
+    "ASSISTANT:",
+    "```thinking signature=c2ln",
+    "I think",
+    "```",
+    "Let me look.",
+    "```tool read_files id=r1",
+    '{"paths": ["a.txt"]}',
+    "```",
+    "",
+    *result_lines("r1", "completed", {}, "a\nb password=hunter2"),
+    "```tool run_terminal_command id=r2",
+    '{"command": "ls \\"x\\""}',
+    "```",
+    *result_lines("r2", "failed", {"exit": "1"}, "no"),
+    "USER: and then",
+    "ASSISTANT:",
+    "```thinking",
+    "unsigned: dropped",
+    "```",
+    "USER: one",
+    "USER: two",
+    "ASSISTANT:",
+    "```thinking redacted=cmVk",
+    "```",
+    "Done.",
+    "USER: last",
+]
+KINDS = [CONFIG, {**CONFIG, "model": "ollama/llama"}]
+
+
+def canonical(body: bytes) -> bytes:
+    """The compact JSON encoding of what `body` decodes to, in its key order."""
+    value = json.loads(body)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("config", KINDS, ids=["anthropic", "openai"])
+def test_the_encoding_is_the_body_it_decodes_to(config):
+    body = build(RICH, config).http.body
+    assert canonical(body) == body
+    assert b"hunter2" not in body
+
+
+@pytest.mark.parametrize("config", KINDS, ids=["anthropic", "openai"])
+def test_a_chat_read_again_after_edits_gives_the_bytes_of_a_fresh_read(config):
+    """The second request reuses what the first read, masked and encoded (the
+    messages before the edit are kept by the mirror); its bytes are those of the
+    same chat read from nothing."""
+    mirror = BufferMirror(1, "chat.sidekick.md", list(RICH), 1)
+    first = build_request(mirror.lines, config, REGISTRY.values(), chat=mirror.chat())
+    assert first.http.body == build(list(RICH), config).http.body
+    n = len(mirror.lines)
+    mirror.on_lines(2, n - 1, n, ["USER: last, edited", "ASSISTANT: yes", "USER: more"])
+    again = build_request(mirror.lines, config, REGISTRY.values(), chat=mirror.chat())
+    assert again.http.body == build(list(mirror.lines), config).http.body
+    assert canonical(again.http.body) == again.http.body
+
+
+def test_the_cache_breakpoint_moves_to_the_new_last_user_turn():
+    mirror = BufferMirror(1, "chat.sidekick.md", ["USER: one", "ASSISTANT: a", "USER: two"], 1)
+    build_request(mirror.lines, CONFIG, REGISTRY.values(), chat=mirror.chat())
+    mirror.on_lines(2, 3, 3, ["ASSISTANT: b", "USER: three"])
+    body = json.loads(
+        build_request(mirror.lines, CONFIG, REGISTRY.values(), chat=mirror.chat()).http.body
+    )
+    marked = [
+        (m["role"], block["text"])
+        for m in body["messages"]
+        for block in m["content"]
+        if "cache_control" in block
+    ]
+    assert marked == [("user", "three")]
 
 
 def test_calls_without_results_cannot_be_sent():

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .chat import Chat, parse
+from .chat.parser import reparse
 
 
 @dataclass
@@ -19,7 +20,7 @@ class BufferMirror:
     lines: list[str]
     tick: int | None
     _parsed: Chat | None = field(default=None, repr=False)
-    _parsed_tick: int | None = field(default=None, repr=False)
+    _changed_from: int | None = field(default=None, repr=False)  # first row edited since
 
     def on_lines(self, tick: int | None, first: int, last: int, data: list[str]) -> None:
         """Apply one `nvim_buf_lines_event` (last == -1 means to the end)."""
@@ -29,7 +30,8 @@ class BufferMirror:
             last = len(self.lines)
         self.lines[first:last] = data
         self.tick = tick
-        self._parsed = None
+        if self._changed_from is None or first < self._changed_from:
+            self._changed_from = first
 
     def on_tick(self, tick: int) -> None:
         """`nvim_buf_changedtick_event`: the tick moved without a text change."""
@@ -37,8 +39,11 @@ class BufferMirror:
             self.tick = tick
 
     def chat(self) -> Chat:
-        """The parsed chat, cached until the text changes."""
-        if self._parsed is None or self._parsed_tick != self.tick:
+        """The parsed chat, cached until the text changes (then parsed again from
+        the message the first edit is in)."""
+        if self._parsed is None:
             self._parsed = parse(self.lines)
-            self._parsed_tick = self.tick
+        elif self._changed_from is not None:
+            self._parsed = reparse(self.lines, self._parsed, self._changed_from)
+        self._changed_from = None
         return self._parsed

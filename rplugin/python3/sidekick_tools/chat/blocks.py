@@ -66,6 +66,10 @@ ASSISTANT = "assistant"
 class Turn:
     role: str  # USER | ASSISTANT
     blocks: list[Block] = field(default_factory=list)
+    #: What was made of this turn for a request (its masked form, its encoding),
+    #: kept with it: the turns :func:`~.conversation.read_chat` gives are made
+    #: once and never changed after.
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass

@@ -18,6 +18,7 @@ was rendered into (:mod:`sidekick_tools.chat.reply`) give back that reply's bloc
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass, field
 
@@ -33,7 +34,7 @@ from .blocks import (
     ToolUse,
     Turn,
 )
-from .parser import Chat, ResultBlock, ToolCall, _key_values, parse
+from .parser import Chat, Message, ResultBlock, ToolCall, _key_values, parse
 from .reply import UNNAMED_TOOL, trim_blank_lines
 
 #: A fenced block whose info string starts with this word is a note of the plugin's
@@ -221,45 +222,78 @@ def _results(calls: list[ToolCall]) -> list[Block]:
     return out
 
 
+# A message's part of a turn: (role, blocks). An assistant message gives its
+# blocks, then its calls' results as the start of the next user turn; consecutive
+# parts of one role make one turn.
+Part = tuple[str, tuple[Block, ...]]
+
+
+def _message_view(lines: list[str], msg: Message) -> tuple[str, list[Part], list]:
+    """What one message gives the conversation, read once per message object:
+    (its system text, its parts, its thinking rows)."""
+    view = msg.memo.get("read")
+    if view is None:
+        system, parts, rows = "", [], []
+        if msg.role == "ASSISTANT":
+            blocks, calls = _assistant_blocks(lines, msg.start_row, msg.end_row, msg.calls, rows)
+            results = _results(calls)
+            parts = [(ASSISTANT, tuple(blocks))] if blocks else []
+            parts += [(USER, tuple(results))] if results else []
+        else:
+            text = _text(lines, msg.start_row, msg.end_row, f"{msg.role}:")
+            if msg.role == "SYSTEM":
+                system = text
+            elif text:
+                parts = [(USER, (Text(text),))]
+        view = msg.memo["read"] = (system, parts, rows)
+    return view
+
+
+def _turn_of(run: list[Part], home: Message, index: int) -> Turn:
+    """The turn made of the parts in ``run``, the first of them part ``index`` of
+    ``home``: made once, and found on ``home`` while it is made of the same parts."""
+    key = ("turn", index)
+    made = home.memo.get(key)
+    if made is not None and len(made[0]) == len(run) and all(map(operator.is_, made[0], run)):
+        return made[1]
+    turn = Turn(run[0][0], [block for _, blocks in run for block in blocks])
+    home.memo[key] = (tuple(run), turn)
+    return turn
+
+
 def read_chat(lines: list[str], chat: Chat | None = None) -> ChatDocument:
-    """The chat in ``lines`` as a conversation (``chat``: its parse, if already made)."""
+    """The chat in ``lines`` as a conversation (``chat``: its parse, if already made).
+
+    Each message is read once (its view is kept on the message, which a reparse
+    keeps while its rows are unchanged) and each turn made once, so a chat read
+    again after an edit at its end gives the same turn objects up to the edit;
+    what is done to a turn (masking, encoding) can be remembered by it. The turns
+    are shared: never change one.
+    """
     if chat is None:
         chat = parse(lines)
-    front = read_front_matter(lines, chat)
     turns: list[Turn] = []
     system: list[str] = []
     thinking_rows: list[tuple[int, int]] = []
-    results: list[Block] = []  # results waiting for the next user turn
-
-    def add(role: str, blocks: list[Block]) -> None:
-        if not blocks:
-            return
-        if turns and turns[-1].role == role:
-            turns[-1].blocks.extend(blocks)
-        else:
-            turns.append(Turn(role, list(blocks)))
-
+    run: list[Part] = []  # the parts of the turn being gathered
+    home: tuple[Message, int] | None = None  # where its first part comes from
     for msg in chat.messages:
-        if msg.role == "SYSTEM":
-            text = _text(lines, msg.start_row, msg.end_row, "SYSTEM:")
-            if text:
-                system.append(text)
-        elif msg.role == "USER":
-            text = _text(lines, msg.start_row, msg.end_row, "USER:")
-            add(USER, [*results, *([Text(text)] if text else [])])
-            results = []
-        else:
-            blocks, calls = _assistant_blocks(
-                lines, msg.start_row, msg.end_row, msg.calls, thinking_rows
-            )
-            if blocks:
-                add(USER, results)
-                results = []
-                add(ASSISTANT, blocks)
-            results.extend(_results(calls))
-    add(USER, results)
+        text, parts, rows = _message_view(lines, msg)
+        if text:
+            system.append(text)
+        if rows:
+            thinking_rows += rows
+        for index, part in enumerate(parts):
+            if run and run[0][0] != part[0]:
+                turns.append(_turn_of(run, *home))
+                run = []
+            if not run:
+                home = (msg, index)
+            run.append(part)
+    if run:
+        turns.append(_turn_of(run, *home))
     return ChatDocument(
-        front=front,
+        front=read_front_matter(lines, chat),
         conversation=Conversation("\n\n".join(system) or None, turns),
         chat=chat,
         unanswered=unanswered_calls(chat),

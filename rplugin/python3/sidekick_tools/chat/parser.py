@@ -22,6 +22,7 @@ import json
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from typing import Any
 
 ROLES = ("SYSTEM", "USER", "ASSISTANT")
 
@@ -29,6 +30,7 @@ ROLES = ("SYSTEM", "USER", "ASSISTANT")
 MAX_BODY_BYTES = 1024 * 1024
 
 _ROLE_BY_INITIAL = {role[0]: role for role in ROLES}
+_MARKERS = tuple(f"{role}:" for role in ROLES)
 _FENCE = "```"
 # A line (preceded by its "\n") that may open or close a fence or start a message.
 _EVENT = re.compile(r"\n(?:```|SYSTEM:|USER:|ASSISTANT:)")
@@ -86,6 +88,10 @@ class Message:
     start_row: int
     end_row: int  # inclusive
     calls: list[ToolCall] = field(default_factory=list)
+    #: Views of this message computed once (:func:`~.conversation.read_chat`'s blocks).
+    #: A message object never changes: :func:`reparse` keeps the ones before an edit
+    #: and makes new ones from there on.
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass
@@ -274,14 +280,48 @@ def parse(lines: list[str]) -> Chat:
     its closing line. Python code runs only for those lines, so the cost is a few
     milliseconds for 100,000 lines.
     """
-    messages: list[Message] = []
-    calls: list[ToolCall] = []
-    last = len(lines) - 1
+    return _parse(lines, 0, [], [])
 
-    # Row r starts right after the r-th "\n" of `text` (0-based).
-    text = "\n" + "\n".join(lines)
-    if text.count("\n") != len(lines):  # a line holds "\n" (Neovim's NUL): hide it
-        text = "\n" + "\n".join(s.replace("\n", " ") for s in lines)
+
+def reparse(lines: list[str], previous: Chat, first_changed: int) -> Chat:
+    """``parse(lines)``, for lines that differ from those ``previous`` was parsed
+    from only at row ``first_changed`` and after.
+
+    A message marker is outside every fence, so the parse state at one depends on
+    nothing before it: the messages that start before the edit's message are kept
+    (the same objects, with their memos) and the scan starts again at that message.
+    Typing at the end of a 100,000-line chat re-reads only its last message.
+    """
+    kept = previous.messages
+    starts = [m.start_row for m in kept]
+    k = bisect_right(starts, first_changed - 1) - 1
+    if (
+        k + 1 < len(kept)
+        and starts[k + 1] == first_changed < len(lines)
+        and lines[first_changed].startswith(_MARKERS)
+    ):
+        k += 1  # the edited line is still a marker: the message before it ends as before
+    if k < 0:  # the edit is before the first message
+        return parse(lines)
+    messages = kept[:k]
+    calls = [call for message in messages for call in message.calls]
+    return _parse(lines, kept[k].start_row, messages, calls)
+
+
+def _parse(lines: list[str], first: int, messages: list[Message], calls: list[ToolCall]) -> Chat:
+    """The scan from row ``first`` (0, or a message's marker), after ``messages``
+    (ending just before it) with their ``calls``."""
+    last = len(lines) - 1
+    first_id_row: dict[str, int] = {}
+    for call in calls:
+        if call.call_id is not None:
+            first_id_row.setdefault(call.call_id, call.start_row)
+
+    # Row r starts right after the (r - first)-th "\n" of `text` (0-based).
+    rest = lines[first:] if first else lines
+    text = "\n" + "\n".join(rest)
+    if text.count("\n") != len(rest):  # a line holds "\n" (Neovim's NUL): hide it
+        text = "\n" + "\n".join(s.replace("\n", " ") for s in rest)
     end_of_text = len(text)
     find = text.find
     count = text.count
@@ -292,9 +332,8 @@ def parse(lines: list[str]) -> Chat:
     assistant = False  # the current message is an ASSISTANT message
     candidate: ToolCall | None = None  # closed call that may still get its result
     candidate_end = 0  # offset of the "\n" that ends the candidate's closing fence
-    first_id_row: dict[str, int] = {}
 
-    row = 0
+    row = first
     row_nl = 0  # offset of the "\n" that starts `row`
     pos = 0
     while True:

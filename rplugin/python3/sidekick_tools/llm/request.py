@@ -22,6 +22,7 @@ from ..chat.blocks import (
 )
 from ..chat.conversation import ChatDocument, read_chat
 from ..chat.parser import Chat
+from ..memo import IdentityMemo
 from ..secrets_mask import mask, mask_value
 from .errors import ChatNotReady
 from .providers import HttpRequest, ProviderKind, get_kind
@@ -40,37 +41,37 @@ class ChatRequest:
 
 
 # Each send masks the whole chat again, and all but its end is what was masked
-# last time: texts already masked are looked up (a 100,000-line chat: ~0.1 s saved).
-_MASKED: dict[str, str] = {}
-MASK_MEMO_SIZE = 50_000  # texts remembered; past it the memo starts again
+# last time: the chat's turns are the same objects from one read to the next and
+# keep their masked form (itself a turn, which keeps the provider's encoding of
+# it). A new turn at the end is mostly blocks masked before (the results that
+# open a user turn): those are found again by their identity.
+MASK_MEMO_SIZE = 50_000  # blocks remembered; past it the memo starts again
+_MASKED_BLOCKS: IdentityMemo[Any] = IdentityMemo(MASK_MEMO_SIZE)
 
 
-def _mask_remembered(text: str) -> str:
-    done = _MASKED.get(text)
-    if done is None:
-        done = mask(text)
-        if len(_MASKED) >= MASK_MEMO_SIZE:
-            _MASKED.clear()
-        _MASKED[text] = done
-    return done
+def _mask_block(block: Any) -> Any:
+    if isinstance(block, Text):
+        return Text(mask(block.text))
+    if isinstance(block, ToolUse):
+        return replace(block, input=mask_value(block.input))
+    if isinstance(block, ToolResultBlock):
+        return replace(block, content=mask(block.content))
+    return block  # thinking: its signature covers it, and it came from the model
+
+
+def _masked_turn(turn: Turn) -> Turn:
+    masked = turn.memo.get("masked")
+    if masked is None:
+        blocks = [_MASKED_BLOCKS.get((b,), _mask_block, b) for b in turn.blocks]
+        masked = turn.memo["masked"] = Turn(turn.role, blocks)
+    return masked
 
 
 def mask_conversation(conversation: Conversation) -> Conversation:
-    """``conversation`` with secrets masked in everything but thinking (which its
-    signature covers, and which came from the model)."""
-
-    def masked(block: Any) -> Any:
-        if isinstance(block, Text):
-            return Text(_mask_remembered(block.text))
-        if isinstance(block, ToolUse):
-            return replace(block, input=mask_value(block.input))
-        if isinstance(block, ToolResultBlock):
-            return replace(block, content=_mask_remembered(block.content))
-        return block
-
+    """``conversation`` with secrets masked in everything but thinking."""
     return Conversation(
         mask(conversation.system) if conversation.system else conversation.system,
-        [Turn(turn.role, [masked(b) for b in turn.blocks]) for turn in conversation.turns],
+        [_masked_turn(turn) for turn in conversation.turns],
     )
 
 

@@ -26,6 +26,7 @@ from ...chat.blocks import (
     STOP_OTHER,
     STOP_REFUSAL,
     STOP_TOOL_USE,
+    USER,
     BlockEnd,
     Conversation,
     Delta,
@@ -43,6 +44,7 @@ from ...chat.blocks import (
     ToolResultBlock,
     ToolSpec,
     ToolUse,
+    Turn,
     Usage,
     UsageDelta,
 )
@@ -50,7 +52,15 @@ from ...chat.reply import tool_json
 from ..errors import ProviderError
 from ..settings import ProviderConfig, RequestOptions
 from ..sse import SSEEvent
-from . import HttpRequest, encode_json, json_error_body, parse_event_json
+from . import (
+    HttpRequest,
+    RawJSON,
+    encode_json,
+    json_array,
+    json_bytes,
+    json_error_body,
+    parse_event_json,
+)
 
 API_VERSION = "2023-06-01"
 _EPHEMERAL = {"type": "ephemeral"}
@@ -86,20 +96,46 @@ def _block(block: Any) -> dict[str, Any] | None:
     raise TypeError(f"not a content block: {block!r}")
 
 
-def messages_of(conversation: Conversation) -> list[dict[str, Any]]:
-    """The ``messages`` array: turns whose blocks all drop out are left out, and the
-    turns around them merged, so roles still alternate."""
-    messages: list[dict[str, Any]] = []
+_BREAKPOINT = b',"cache_control":' + json_bytes(_EPHEMERAL) + b"}"
+_ROLES = {ASSISTANT: "assistant", USER: "user"}
+
+
+def _message(role: str, content: list[bytes]) -> bytes:
+    head = b'{"role":"' + role.encode() + b'","content":'
+    return b"".join([head, *json_array(content), b"}"])
+
+
+def _encoded(turn: Turn) -> tuple[str, bytes, list[bytes]]:
+    """The turn as (role, its message's JSON, its content blocks' JSON), made once
+    per turn; no content: the turn drops out (thinking without a signature)."""
+    done = turn.memo.get("anthropic")
+    if done is None:
+        role = _ROLES[turn.role]
+        content = [json_bytes(b) for b in map(_block, turn.blocks) if b is not None]
+        done = turn.memo["anthropic"] = (role, _message(role, content), content)
+    return done
+
+
+def messages_json(conversation: Conversation) -> list[bytes]:
+    """The pieces of the ``messages`` array: turns whose blocks all drop out are
+    left out, and the turns around them merged, so roles still alternate. The last
+    block of the last user message carries the prompt-caching breakpoint."""
+    messages: list[list[Any]] = []  # [role, its JSON (None: to make), content]
     for turn in conversation.turns:
-        content = [b for b in map(_block, turn.blocks) if b is not None]
+        role, whole, content = _encoded(turn)
         if not content:
             continue
-        role = "assistant" if turn.role == ASSISTANT else "user"
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"].extend(content)
+        if messages and messages[-1][0] == role:  # a turn dropped out between them
+            messages[-1][1:] = [None, messages[-1][2] + content]
         else:
-            messages.append({"role": role, "content": content})
-    return messages
+            messages.append([role, whole, content])
+    for message in reversed(messages):
+        if message[0] == "user":
+            # the last block with one more key at its end: {**block, "cache_control": ...}
+            *head, last = message[2]
+            message[1:] = [None, [*head, last[:-1] + _BREAKPOINT]]
+            break
+    return json_array([whole or _message(role, content) for role, whole, content in messages])
 
 
 class AnthropicProvider:
@@ -124,12 +160,7 @@ class AnthropicProvider:
             ]
             specs[-1]["cache_control"] = _EPHEMERAL
             body["tools"] = specs
-        messages = messages_of(conversation)
-        for message in reversed(messages):
-            if message["role"] == "user":
-                message["content"][-1] = {**message["content"][-1], "cache_control": _EPHEMERAL}
-                break
-        body["messages"] = messages
+        body["messages"] = RawJSON(messages_json(conversation))
         if options.thinking == "adaptive":
             body["thinking"] = {"type": "adaptive"}
         elif options.thinking:

@@ -42,6 +42,7 @@ from ...chat.blocks import (
     ToolResultBlock,
     ToolSpec,
     ToolUse,
+    Turn,
     Usage,
     UsageDelta,
 )
@@ -50,7 +51,15 @@ from ...chat.reply import tool_json
 from ..errors import ProviderError
 from ..settings import DEFAULT_BASE_URLS, ProviderConfig, RequestOptions
 from ..sse import SSEEvent
-from . import HttpRequest, encode_json, json_error_body, parse_event_json
+from . import (
+    HttpRequest,
+    RawJSON,
+    encode_json,
+    json_array,
+    json_bytes,
+    json_error_body,
+    parse_event_json,
+)
 
 _STOPS = {
     "stop": STOP_END,
@@ -61,37 +70,50 @@ _STOPS = {
 }
 
 
-def messages_of(conversation: Conversation) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    if conversation.system:
-        messages.append({"role": "system", "content": conversation.system})
-    for turn in conversation.turns:
-        texts = [b.text for b in turn.blocks if isinstance(b, Text)]
-        if turn.role == ASSISTANT:
-            calls = [
-                {
-                    "id": b.call_id,
-                    "type": "function",
-                    "function": {"name": b.name, "arguments": tool_json(b.input)},
-                }
-                for b in turn.blocks
-                if isinstance(b, ToolUse)
-            ]
-            if not texts and not calls:
-                continue  # thinking only
-            message: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) or None}
-            if calls:
-                message["tool_calls"] = calls
-            messages.append(message)
-            continue
-        for block in turn.blocks:
-            if isinstance(block, ToolResultBlock):
-                messages.append(
-                    {"role": "tool", "tool_call_id": block.call_id, "content": block.content}
-                )
-        if texts:
-            messages.append({"role": "user", "content": "\n\n".join(texts)})
+def _turn_messages(turn: Turn) -> list[dict[str, Any]]:
+    texts = [b.text for b in turn.blocks if isinstance(b, Text)]
+    if turn.role == ASSISTANT:
+        calls = [
+            {
+                "id": b.call_id,
+                "type": "function",
+                "function": {"name": b.name, "arguments": tool_json(b.input)},
+            }
+            for b in turn.blocks
+            if isinstance(b, ToolUse)
+        ]
+        if not texts and not calls:
+            return []  # thinking only
+        message: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) or None}
+        if calls:
+            message["tool_calls"] = calls
+        return [message]
+    messages = [
+        {"role": "tool", "tool_call_id": b.call_id, "content": b.content}
+        for b in turn.blocks
+        if isinstance(b, ToolResultBlock)
+    ]
+    if texts:
+        messages.append({"role": "user", "content": "\n\n".join(texts)})
     return messages
+
+
+def _encoded(turn: Turn) -> list[bytes]:
+    """The turn's messages as JSON, made once per turn."""
+    done = turn.memo.get("openai")
+    if done is None:
+        done = turn.memo["openai"] = [json_bytes(m) for m in _turn_messages(turn)]
+    return done
+
+
+def messages_json(conversation: Conversation) -> list[bytes]:
+    """The pieces of the ``messages`` array: the system text, then each turn's messages."""
+    messages: list[bytes] = []
+    if conversation.system:
+        messages.append(json_bytes({"role": "system", "content": conversation.system}))
+    for turn in conversation.turns:
+        messages += _encoded(turn)
+    return json_array(messages)
 
 
 class OpenAIProvider:
@@ -111,7 +133,7 @@ class OpenAIProvider:
         )
         body: dict[str, Any] = {
             "model": options.model,
-            "messages": messages_of(conversation),
+            "messages": RawJSON(messages_json(conversation)),
             limit_field: options.max_tokens,
         }
         if tools:
