@@ -810,7 +810,7 @@ def test_deeply_nested_json_is_that_calls_problem_only():
 
 
 def test_json_depth_counts_nesting_not_brackets_in_strings():
-    from sidekick_tools.chat.parser import MAX_JSON_DEPTH, json_depth
+    from sidekick_tools.chat.call_body import MAX_JSON_DEPTH, json_depth
 
     assert json_depth('{"a": [1, {"b": 2}]}') <= 3
     nested = "[" * 70 + "]" * 70

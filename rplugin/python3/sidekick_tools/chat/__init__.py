@@ -5,7 +5,8 @@ Pure Python (no pynvim); see docs/architecture.md, section ``chat/``.
 
 from __future__ import annotations
 
-from .parser import MAX_BODY_BYTES, ROLES, Chat, Message, ResultBlock, ToolCall, parse
+from .call_body import MAX_BODY_BYTES
+from .parser import ROLES, Chat, Message, ResultBlock, ToolCall, parse
 from .render import (
     clean_output,
     fence_for,

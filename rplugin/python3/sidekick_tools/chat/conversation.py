@@ -34,7 +34,7 @@ from .blocks import (
     ToolUse,
     Turn,
 )
-from .parser import Chat, Message, ResultBlock, ToolCall, _key_values, parse
+from .parser import Chat, Message, ResultBlock, ToolCall, _key_values, find_closer, parse
 from .reply import UNNAMED_TOOL, trim_blank_lines
 
 #: A fenced block whose info string starts with this word is a note of the plugin's
@@ -128,19 +128,10 @@ def _fences(lines: list[str], start: int, end: int) -> list[tuple[int, int, str]
         if "`" in info:
             p = find("\n```", eol)
             continue
-        closer = "\n" + "`" * (len(line) - len(info))
-        q = eol
-        while True:
-            j = find(closer, q)
-            if j == -1:
-                out.append((row, end + 1, info.strip()))
-                return out
-            e = find("\n", j + 1)
-            if e == -1:
-                e = size
-            if not text[j + 1 : e].rstrip().lstrip("`"):
-                break
-            q = j + 1
+        j, e = find_closer(text, len(line) - len(info), eol)
+        if j == -1:
+            out.append((row, end + 1, info.strip()))
+            return out
         open_row = row
         row += count("\n", row_at, j)
         row_at = j

@@ -13,21 +13,19 @@ Pure Python, no Neovim. The format is fixed by DESIGN.md §4:
   that follows it with nothing but blank lines in between and carries the same id.
 
 ``parse`` is one linear pass over the lines; only tool and result bodies are
-joined into strings, and only tool bodies are JSON-decoded.
+joined into strings, and only tool bodies are JSON-decoded (:mod:`.call_body`).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
-ROLES = ("SYSTEM", "USER", "ASSISTANT")
+from .call_body import read_params
 
-#: Tool call bodies larger than this (UTF-8 bytes) are refused without decoding.
-MAX_BODY_BYTES = 1024 * 1024
+ROLES = ("SYSTEM", "USER", "ASSISTANT")
 
 _ROLE_BY_INITIAL = {role[0]: role for role in ROLES}
 _MARKERS = tuple(f"{role}:" for role in ROLES)
@@ -35,15 +33,6 @@ _FENCE = "```"
 # A line (preceded by its "\n") that may open or close a fence or start a message.
 _EVENT = re.compile(r"\n(?:```|SYSTEM:|USER:|ASSISTANT:)")
 _NONSPACE = re.compile(r"\S")
-
-_JSON_TYPES = {
-    list: "an array",
-    str: "a string",
-    int: "a number",
-    float: "a number",
-    bool: "a boolean",
-    type(None): "null",
-}
 
 
 @dataclass
@@ -146,70 +135,6 @@ def _join(lines: list[str], start: int, stop: int) -> str:
     return text
 
 
-# Arrays and objects nested deeper than this are refused before decoding: the
-# decoder (and every consumer after it) recurses once per level, and a body
-# like [[[[...]]]] must be that call's problem, not the whole chat's.
-MAX_JSON_DEPTH = 64
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-
-
-def json_depth(text: str) -> int:
-    """How deeply arrays and objects nest in JSON `text` (strings skipped); at or
-    below `MAX_JSON_DEPTH`, possibly an upper bound (the count of brackets)."""
-    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
-        return text.count("[") + text.count("{")  # an upper bound, cheap
-    depth = deepest = 0
-    for m in _JSON_TOKENS.finditer(text):
-        c = m.group()
-        if c in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif c in "]}":
-            depth -= 1
-    return deepest
-
-
-def _body_error(call: ToolCall) -> str | None:
-    """Decode the call's body into ``call.params``; return the problem, if any."""
-    body = call.body
-    size = len(body)
-    if size > MAX_BODY_BYTES // 4:  # only then can the UTF-8 size exceed the limit
-        size = len(body.encode("utf-8", "surrogatepass"))
-    if size > MAX_BODY_BYTES:
-        return (
-            f"Tool call body too large: {size} bytes, the limit is {MAX_BODY_BYTES} bytes "
-            f"(1 MiB); pass large content by file path instead"
-        )
-    if not body.strip():
-        return 'Empty tool call body: write the parameters as a JSON object, e.g. {"key": "value"}'
-    depth = json_depth(body)
-    if depth > MAX_JSON_DEPTH:
-        return (
-            f"Tool call body nested too deeply: {depth} levels of arrays and objects, "
-            f"the limit is {MAX_JSON_DEPTH}"
-        )
-    try:
-        value = json.loads(body)
-    except RecursionError:  # json_depth bounds it; never let one call break the chat
-        return f"Tool call body nested too deeply (the limit is {MAX_JSON_DEPTH} levels)"
-    except ValueError as exc:
-        if isinstance(exc, json.JSONDecodeError):
-            buffer_line = call.start_row + 1 + exc.lineno
-            return (
-                f"Malformed JSON in tool call body: {exc.msg} at line {exc.lineno}, "
-                f"column {exc.colno} of the block (buffer line {buffer_line})"
-            )
-        return f"Malformed JSON in tool call body: {exc}"
-    if not isinstance(value, dict):
-        kind = _JSON_TYPES.get(type(value), type(value).__name__)
-        return (
-            f"Tool call body must be a JSON object of parameters, not {kind}: "
-            f'write it as {{"name": value, ...}}'
-        )
-    call.params = value
-    return None
-
-
 def _new_call(
     lines: list[str],
     tokens: list[str],
@@ -251,7 +176,7 @@ def _new_call(
                 f"Duplicate id {call_id}: already used at line {seen + 1}; "
                 f"give this call another id, or remove its id= to have one assigned"
             )
-    body_error = _body_error(call)  # always runs: it also sets call.params
+    call.params, body_error = read_params(call.body, start)  # always: it gives params
     call.error = error or body_error
     return call
 
@@ -270,6 +195,26 @@ def _new_result(
         body=_join(lines, start + 1, end if closed else end + 1),
         closed=closed,
     )
+
+
+def find_closer(text: str, fence_len: int, start: int) -> tuple[int, int]:
+    """Where the fence of ``fence_len`` backticks closes in ``text`` (rows joined,
+    each after its "\n"), looking from offset ``start``: the offsets of the "\n"
+    that starts the closing line and of the one that ends it (``len(text)`` at the
+    end), or (-1, -1) when it never closes. A closing line is at least as many
+    backticks and nothing else but trailing blanks."""
+    closer = "\n" + "`" * fence_len
+    find = text.find
+    while True:
+        j = find(closer, start)
+        if j == -1:
+            return -1, -1
+        eol = find("\n", j + 1)
+        if eol == -1:
+            eol = len(text)
+        if not text[j + 1 : eol].rstrip().lstrip("`"):
+            return j, eol
+        start = j + 1
 
 
 def parse(lines: list[str]) -> Chat:
@@ -322,8 +267,6 @@ def _parse(lines: list[str], first: int, messages: list[Message], calls: list[To
     text = "\n" + "\n".join(rest)
     if text.count("\n") != len(rest):  # a line holds "\n" (Neovim's NUL): hide it
         text = "\n" + "\n".join(s.replace("\n", " ") for s in rest)
-    end_of_text = len(text)
-    find = text.find
     count = text.count
     search = _EVENT.search
     nonspace = _NONSPACE.search
@@ -370,22 +313,8 @@ def _parse(lines: list[str], first: int, messages: list[Message], calls: list[To
                         kind = 2
             start = row
 
-            # Find the closing fence: a line of >= fence_len backticks and nothing else.
-            closer = "\n" + "`" * fence_len
-            p = nl + 1
-            while True:
-                j = find(closer, p)
-                if j == -1:
-                    eol = -1
-                    break
-                eol = find("\n", j + 1)
-                if eol == -1:
-                    eol = end_of_text
-                if not text[j + 1 : eol].rstrip().lstrip("`"):
-                    break
-                p = j + 1
-
-            if eol == -1:  # unclosed: the block runs to the end of the buffer
+            j, eol = find_closer(text, fence_len, nl + 1)
+            if j == -1:  # unclosed: the block runs to the end of the buffer
                 if kind == 1:
                     assert msg is not None
                     index = len(messages) - 1

@@ -56,7 +56,7 @@ from .blocks import (
     Usage,
     UsageDelta,
 )
-from .parser import MAX_JSON_DEPTH, json_depth
+from .call_body import MAX_JSON_DEPTH, json_depth
 from .render import fence_for, new_call_id
 
 MARKER = "ASSISTANT:"

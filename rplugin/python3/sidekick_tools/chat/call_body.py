@@ -1,0 +1,88 @@
+"""A tool call's body: the JSON object of its parameters, and the limits that
+keep a hostile body the call's own problem (DESIGN §4, §12).
+
+Pure Python, no Neovim.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+#: Tool call bodies larger than this (UTF-8 bytes) are refused without decoding.
+MAX_BODY_BYTES = 1024 * 1024
+
+# Arrays and objects nested deeper than this are refused before decoding: the
+# decoder (and every consumer after it) recurses once per level, and a body
+# like [[[[...]]]] must be that call's problem, not the whole chat's.
+MAX_JSON_DEPTH = 64
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def json_depth(text: str) -> int:
+    """How deeply arrays and objects nest in JSON `text` (strings skipped); at or
+    below `MAX_JSON_DEPTH`, possibly an upper bound (the count of brackets)."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return text.count("[") + text.count("{")  # an upper bound, cheap
+    depth = deepest = 0
+    for m in _JSON_TOKENS.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+_JSON_TYPES = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+def read_params(body: str, header_row: int) -> tuple[dict | None, str | None]:
+    """A tool call's body (its header at 0-based ``header_row``) decoded: (its
+    parameters, None), or (None, the problem in words for the chat)."""
+    size = len(body)
+    if size > MAX_BODY_BYTES // 4:  # only then can the UTF-8 size exceed the limit
+        size = len(body.encode("utf-8", "surrogatepass"))
+    if size > MAX_BODY_BYTES:
+        return None, (
+            f"Tool call body too large: {size} bytes, the limit is {MAX_BODY_BYTES} bytes "
+            f"(1 MiB); pass large content by file path instead"
+        )
+    if not body.strip():
+        return (
+            None,
+            'Empty tool call body: write the parameters as a JSON object, e.g. {"key": "value"}',
+        )
+    depth = json_depth(body)
+    if depth > MAX_JSON_DEPTH:
+        return None, (
+            f"Tool call body nested too deeply: {depth} levels of arrays and objects, "
+            f"the limit is {MAX_JSON_DEPTH}"
+        )
+    try:
+        value = json.loads(body)
+    except RecursionError:  # json_depth bounds it; never let one call break the chat
+        return None, f"Tool call body nested too deeply (the limit is {MAX_JSON_DEPTH} levels)"
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError):
+            buffer_line = header_row + 1 + exc.lineno
+            return None, (
+                f"Malformed JSON in tool call body: {exc.msg} at line {exc.lineno}, "
+                f"column {exc.colno} of the block (buffer line {buffer_line})"
+            )
+        return None, f"Malformed JSON in tool call body: {exc}"
+    if not isinstance(value, dict):
+        kind = _JSON_TYPES.get(type(value), type(value).__name__)
+        return None, (
+            f"Tool call body must be a JSON object of parameters, not {kind}: "
+            f'write it as {{"name": value, ...}}'
+        )
+    return value, None
