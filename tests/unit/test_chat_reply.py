@@ -26,7 +26,8 @@ from sidekick_tools.chat.blocks import (
 )
 from sidekick_tools.chat.conversation import read_chat
 from sidekick_tools.chat.parser import parse
-from sidekick_tools.chat.reply import ReplyBuilder, deltas_of, shape_line
+from sidekick_tools.chat.reply import ReplyBuilder, deltas_of
+from sidekick_tools.chat.reply_entries import shape_line
 from sidekick_tools.chat.reply_render import (
     Edit,
     ReplyRenderer,

@@ -35,7 +35,8 @@ from .blocks import (
     Turn,
 )
 from .parser import Chat, Message, ResultBlock, ToolCall, _key_values, find_closer, parse
-from .reply import UNNAMED_TOOL, trim_blank_lines
+from .reply import trim_blank_lines
+from .reply_entries import UNNAMED_TOOL
 
 #: A fenced block whose info string starts with this word is a note of the plugin's
 #: under a reply (``sidekick error``, ``sidekick stopped``): shown, never sent.

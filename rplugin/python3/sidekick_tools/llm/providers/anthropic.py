@@ -48,7 +48,7 @@ from ...chat.blocks import (
     Usage,
     UsageDelta,
 )
-from ...chat.reply import tool_json
+from ...chat.reply_entries import tool_json
 from ..errors import ProviderError
 from ..settings import ProviderConfig, RequestOptions
 from ..sse import SSEEvent

@@ -47,7 +47,7 @@ from ...chat.blocks import (
     UsageDelta,
 )
 from ...chat.render import new_call_id
-from ...chat.reply import tool_json
+from ...chat.reply_entries import tool_json
 from ..errors import ProviderError
 from ..settings import DEFAULT_BASE_URLS, ProviderConfig, RequestOptions
 from ..sse import SSEEvent

@@ -1,0 +1,241 @@
+"""How each kind of block a reply streams becomes chat lines, while it streams
+and once it has ended (the format: :mod:`.reply`).
+
+Pure Python, no Neovim. A text block's lines are shaped as they complete, so what
+the model writes never breaks the chat's structure; thinking is kept byte for
+byte; a tool call's input is written as one line of JSON once it is whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Union
+
+from .call_body import MAX_JSON_DEPTH, json_depth
+from .render import fence_for, new_call_id
+
+_ROLE_MARKERS = ("SYSTEM:", "USER:", "ASSISTANT:")
+_UNSAFE_TOKEN = re.compile(r"[\s`]+")
+UNNAMED_TOOL = "unnamed_tool"
+
+
+def info_token(value: str) -> str:
+    """``value`` fit for a fence's info string: no whitespace, no backticks."""
+    return _UNSAFE_TOKEN.sub("_", value)
+
+
+def tool_json(value: dict[str, Any]) -> str:
+    """A tool call's input as the one-line JSON written into the chat."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def parse_tool_input(raw: str) -> dict[str, Any] | None:
+    """The call input streamed as ``raw``: ``{}`` when empty, ``None`` when not an object."""
+    if not raw.strip():
+        return {}
+    if json_depth(raw) > MAX_JSON_DEPTH:  # the decoder recurses once per level
+        return None
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def shape_line(line: str, fence: int) -> tuple[str, int]:
+    """One line of model text as written into the chat, and the fence state after it.
+
+    ``fence`` is the length of the open code fence (0: none), tracked exactly as the
+    chat parser does: an opener is three or more backticks at column 0 with an info
+    string free of backticks; a closer is a line of at least as many backticks only.
+    """
+    if fence:
+        if line.startswith("`" * fence) and not line.rstrip().lstrip("`"):
+            return line, 0
+        return line, fence
+    if line.startswith("```"):
+        info = line.lstrip("`")
+        if info.split()[:1] == ["sidekick"]:  # only the plugin writes its notes
+            return " " + line, 0
+        return line, (0 if "`" in info else len(line) - len(info))
+    if line.startswith(_ROLE_MARKERS):
+        return " " + line, 0
+    return line, 0
+
+
+class TextEntry:
+    """A text block: shaped complete lines, and the line still being written."""
+
+    kind = "text"
+
+    def __init__(self) -> None:
+        self._done: list[str] = []
+        self._pieces: list[str] = []
+        self._fence = 0
+        self._cr = False  # the last piece ended with CR: a following LF belongs to it
+        self._started = False
+        self.ended = False
+
+    @property
+    def empty(self) -> bool:
+        return not self._started
+
+    def add(self, text: str) -> None:
+        if self._cr:
+            text = "\n" + (text[1:] if text.startswith("\n") else text)
+            self._cr = False
+        if text.endswith("\r"):
+            text = text[:-1]
+            self._cr = True
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if not self._started:
+            text = text.lstrip("\n")
+            if not text:
+                return
+            self._started = True
+        if "\n" not in text:
+            self._pieces.append(text)
+            return
+        parts = text.split("\n")
+        self._pieces.append(parts[0])
+        self._commit("".join(self._pieces))
+        for line in parts[1:-1]:
+            self._commit(line)
+        self._pieces = [parts[-1]] if parts[-1] else []
+
+    def _commit(self, line: str) -> None:
+        shaped, self._fence = shape_line(line, self._fence)
+        self._done.append(shaped)
+
+    def end(self) -> None:
+        if self.ended:
+            return
+        if self._cr:
+            self.add("")
+            self._cr = False
+        self.ended = True
+        if not self._started:
+            return
+        self._commit("".join(self._pieces))
+        self._pieces = []
+        while self._done and not self._done[-1].strip():
+            self._done.pop()
+        if self._fence:
+            self._done.append("`" * self._fence)
+            self._fence = 0
+        if not self._done:
+            self._started = False
+
+    def render(self) -> list[str]:
+        if self.ended:
+            return self._done
+        shaped, fence = shape_line("".join(self._pieces), self._fence)
+        lines = [*self._done, shaped]
+        if fence:  # keep the chat valid while the fence is open: close it for now
+            lines.append("`" * fence)
+        return lines
+
+
+class ThinkingEntry:
+    kind = "thinking"
+
+    def __init__(self) -> None:
+        self._pieces: list[str] = []
+        self.signature = ""
+        self.ended = False
+
+    @property
+    def empty(self) -> bool:
+        return False
+
+    @property
+    def text(self) -> str:
+        if len(self._pieces) > 1:
+            self._pieces = ["".join(self._pieces)]
+        return self._pieces[0] if self._pieces else ""
+
+    def add(self, text: str) -> None:
+        self._pieces.append(text)
+
+    def end(self) -> None:
+        self.ended = True
+
+    def render(self) -> list[str]:
+        text = self.text
+        fence = fence_for(text)
+        header = f"{fence}thinking"
+        if self.signature:
+            header += f" signature={info_token(self.signature)}"
+        return [header, *(text.split("\n") if text else ()), fence]
+
+
+class RedactedEntry:
+    kind = "redacted_thinking"
+    ended = True
+    empty = False
+
+    def __init__(self, data: str) -> None:
+        self.data = data
+
+    def end(self) -> None:
+        pass
+
+    def render(self) -> list[str]:
+        return [f"```thinking redacted={info_token(self.data)}", "```"]
+
+
+class ToolEntry:
+    kind = "tool_use"
+
+    def __init__(self, index: int, call_id: str, name: str) -> None:
+        self.index = index
+        self.call_id = info_token(call_id) or new_call_id(set())
+        self.name = info_token(name) or UNNAMED_TOOL
+        self._pieces: list[str] = []
+        self.ended = False
+        self.dropped = False
+
+    empty = False
+
+    @property
+    def raw(self) -> str:
+        if len(self._pieces) > 1:
+            self._pieces = ["".join(self._pieces)]
+        return self._pieces[0] if self._pieces else ""
+
+    def add(self, fragment: str) -> None:
+        self._pieces.append(fragment)
+
+    def end(self) -> None:
+        self.ended = True
+
+    def input(self) -> dict[str, Any]:
+        """The call's input; ``{}`` when what streamed is not a JSON object (the chat
+        then shows the raw text, which the parser reports as malformed)."""
+        return parse_tool_input(self.raw) or {}
+
+    def body(self) -> str:
+        raw = self.raw
+        if not self.ended:
+            return raw
+        value = parse_tool_input(raw)
+        return raw if value is None else tool_json(value)
+
+    def dropped_note(self) -> str:
+        return f"[tool call {self.name} dropped: the reply stopped before its input was complete]"
+
+    def render(self) -> list[str]:
+        if self.dropped:
+            return [self.dropped_note()]
+        body = self.body()
+        fence = fence_for(body)
+        lines = [f"{fence}tool {self.name} id={self.call_id}"]
+        if body:
+            lines.extend(body.split("\n"))
+        lines.append(fence)
+        return lines
+
+
+Entry = Union[TextEntry, ThinkingEntry, RedactedEntry, ToolEntry]
