@@ -22,12 +22,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import tools
 from ..chat import ToolCall
 from ..chat.parser import Chat
-from ..chat.reply import MARKER
 from ..config import Config
 from ..tools.base import ToolResult
+from . import outbound
 from .chain import CallChain, UserError
 from .registry import CallRegistry
 from .reply_stream import ReplyStream
@@ -83,7 +82,8 @@ class ChatLoop:
             raise UserError(
                 "sidekick_tools: a reply is still streaming into this chat; :SidekickStop ends it"
             )
-        answer = self._model_of(await self.chain.marks.mirror(buf))  # a bad model: said at once
+        # a bad model is said at once
+        answer = outbound.model_of(await self.chain.marks.mirror(buf), self.config)
         session.cwd = cwd
         session.turns = 0
         session.armed = True
@@ -93,21 +93,6 @@ class ChatLoop:
         session.sending = True
         self._spawn(self._send_or_say(session))
         return answer
-
-    def _model_of(self, mirror: Any) -> dict[str, Any]:
-        """The chat's provider and model, from its front matter (cheap: row 0 on)."""
-        from ..chat.conversation import read_front_matter
-        from ..llm import ConfigError
-        from ..llm.settings import ChatConfig, request_options
-
-        front = read_front_matter(mirror.lines)
-        try:
-            settings = ChatConfig.from_dict(self._chat_cfg())
-            spec, _ = request_options(settings, front.values if front else None)
-            provider, _model = settings.provider_for(spec)
-        except ConfigError as exc:
-            raise UserError(f"sidekick_tools: {exc.message}") from None
-        return {"model": spec, "provider": provider.name}
 
     async def _send_or_say(self, session: Session) -> None:
         """A send the user asked for, after its answer: a problem is said."""
@@ -236,28 +221,13 @@ class ChatLoop:
             await asyncio.gather(*waits)
 
     async def _send(self, session: Session) -> dict[str, Any]:
-        from ..llm import ChatNotReady, ConfigError, LLMError, build_request
-
-        buf = session.buf
         session.sending = True
         try:
-            mirror = await self.chain.marks.mirror(buf)
-            # Building a long chat's request takes a while (a 100,000-line chat:
-            # ~0.2 s): off the loop, from a copy, so the host keeps answering.
-            lines, chat, cfg = list(mirror.lines), mirror.chat(), self._chat_cfg()
-            specs = tools.specs(self.config)  # descriptions carry the configured numbers
-            loop = asyncio.get_running_loop()
-            try:
-                request = await loop.run_in_executor(
-                    None, lambda: build_request(lines, cfg, specs, chat=chat)
-                )
-            except (ChatNotReady, ConfigError) as exc:
-                raise UserError(f"sidekick_tools: {exc.message}") from None
-            try:
-                key = await self._key(request.provider)
-            except LLMError as exc:
-                raise UserError(f"sidekick_tools: {exc.message}") from None
-            mark = await self._open_reply(buf)
+            request = await outbound.build(self.chain.marks, session.buf, self.config)
+            key = await outbound.api_key(self.port, request.provider)
+            mark = await outbound.open_reply(
+                self.port, self.chain.marks, session.buf, self.registry.new_mark()
+            )
         finally:
             session.sending = False
         session.mark = mark
@@ -266,52 +236,6 @@ class ChatLoop:
         session.streaming = asyncio.ensure_future(self._stream(session, request, key))
         session.streaming.add_done_callback(log_failure)
         return {"model": request.model_spec, "provider": request.provider.name}
-
-    async def _key(self, provider: Any) -> str | None:
-        from ..llm import resolve_key
-
-        spec = provider.api_key
-        if isinstance(spec, str) and spec.startswith("lua:"):
-            # a Lua function in the user's config: Lua calls it, the key comes back
-            key = await self.port.lua_api_key(provider.name)
-            if not key:
-                raise UserError(
-                    f"sidekick_tools: chat.providers.{provider.name}.api_key (a function) "
-                    "gave no key: it must return the key as a non-empty string"
-                )
-            return key
-        return await resolve_key(spec)
-
-    async def _open_reply(self, buf: int) -> int:
-        """Put the reply's ASSISTANT: line at the end of the chat (an empty last
-        USER: message becomes it), with an empty USER: message after it for the
-        user to type into while it streams. Returns the region's mark."""
-        mark = self.registry.new_mark()
-        for _ in range(50):
-            mirror = await self.chain.marks.mirror(buf)
-            lines = mirror.lines
-            n = len(lines)
-            last = mirror.chat().messages[-1] if mirror.chat().messages else None
-            if (
-                last is not None
-                and last.role == "USER"
-                and not "".join(lines[last.start_row : last.end_row + 1])
-                .strip(" \t")
-                .removeprefix("USER:")
-                .strip()
-            ):
-                at = last.start_row  # an empty USER: message: the reply takes its place
-                edit = (at, n, [MARKER, "", "USER: "])
-                row = at
-            else:
-                pad = [""] if n and lines[-1].strip() else []
-                edit = (n, n, [*pad, MARKER, "", "USER: "])
-                row = n + len(pad)
-            if await self.port.apply(buf, mirror.tick, [edit]):
-                await self.port.reply_open(buf, mark, row)
-                return mark
-            await asyncio.sleep(0.005)
-        raise UserError("sidekick_tools: the chat kept changing; :SidekickSend again")
 
     # -- streaming -----------------------------------------------------------------------
     async def _stream(self, session: Session, request: Any, key: str | None) -> None:
@@ -364,7 +288,7 @@ class ChatLoop:
         return self._client
 
     def _chat_cfg(self) -> dict[str, Any]:
-        return dict(self.config.chat or {})
+        return outbound.chat_settings(self.config)
 
     def _spawn(self, coro: Any) -> None:
         fut = asyncio.ensure_future(coro)

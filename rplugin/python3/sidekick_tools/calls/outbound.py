@@ -1,0 +1,106 @@
+"""What a send does before its reply streams: name the chat's model, build the
+request from the chat as it is, get the provider's key, and open the reply's
+region at the end of the chat. Each problem is a UserError the user reads.
+
+The chat loop (loop.py) decides when to send; this module only gets one ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .. import tools
+from ..chat.reply import MARKER
+from ..config import Config
+from .chain import UserError
+
+
+def chat_settings(config: Config) -> dict[str, Any]:
+    """The `chat` table of the setup."""
+    return dict(config.chat or {})
+
+
+def model_of(mirror: Any, config: Config) -> dict[str, Any]:
+    """The chat's provider and model, from its front matter (cheap: row 0 on)."""
+    from ..chat.conversation import read_front_matter
+    from ..llm import ConfigError
+    from ..llm.settings import ChatConfig, request_options
+
+    front = read_front_matter(mirror.lines)
+    try:
+        settings = ChatConfig.from_dict(chat_settings(config))
+        spec, _ = request_options(settings, front.values if front else None)
+        provider, _model = settings.provider_for(spec)
+    except ConfigError as exc:
+        raise UserError(f"sidekick_tools: {exc.message}") from None
+    return {"model": spec, "provider": provider.name}
+
+
+async def build(marks: Any, buf: int, config: Config) -> Any:
+    """The request the chat in `buf` makes now (a ChatRequest)."""
+    from ..llm import ChatNotReady, ConfigError, build_request
+
+    mirror = await marks.mirror(buf)
+    # A long chat's first request takes a while to build (a 100,000-line chat:
+    # ~0.2 s; later ones reuse it): off the loop, from a copy, so the host
+    # keeps answering.
+    lines, chat, cfg = list(mirror.lines), mirror.chat(), chat_settings(config)
+    specs = tools.specs(config)  # descriptions carry the configured numbers
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.run_in_executor(None, lambda: build_request(lines, cfg, specs, chat=chat))
+    except (ChatNotReady, ConfigError) as exc:
+        raise UserError(f"sidekick_tools: {exc.message}") from None
+
+
+async def api_key(port: Any, provider: Any) -> str | None:
+    """The provider's key: from a Lua function in the user's config, the
+    environment or a command; None where none is configured."""
+    from ..llm import LLMError, resolve_key
+
+    spec = provider.api_key
+    if isinstance(spec, str) and spec.startswith("lua:"):
+        # a Lua function in the user's config: Lua calls it, the key comes back
+        key = await port.lua_api_key(provider.name)
+        if not key:
+            raise UserError(
+                f"sidekick_tools: chat.providers.{provider.name}.api_key (a function) "
+                "gave no key: it must return the key as a non-empty string"
+            )
+        return key
+    try:
+        return await resolve_key(spec)
+    except LLMError as exc:
+        raise UserError(f"sidekick_tools: {exc.message}") from None
+
+
+async def open_reply(port: Any, marks: Any, buf: int, mark: int) -> int:
+    """Put the reply's ASSISTANT: line at the end of the chat (an empty last
+    USER: message becomes it), with an empty USER: message after it for the
+    user to type into while it streams; its region gets extmark `mark`."""
+    for _ in range(50):
+        mirror = await marks.mirror(buf)
+        lines = mirror.lines
+        n = len(lines)
+        last = mirror.chat().messages[-1] if mirror.chat().messages else None
+        if (
+            last is not None
+            and last.role == "USER"
+            and not "".join(lines[last.start_row : last.end_row + 1])
+            .strip(" \t")
+            .removeprefix("USER:")
+            .strip()
+        ):
+            at = last.start_row  # an empty USER: message: the reply takes its place
+            edit = (at, n, [MARKER, "", "USER: "])
+            row = at
+        else:
+            pad = [""] if n and lines[-1].strip() else []
+            edit = (n, n, [*pad, MARKER, "", "USER: "])
+            row = n + len(pad)
+        if await port.apply(buf, mirror.tick, [edit]):
+            await port.reply_open(buf, mark, row)
+            return mark
+        await asyncio.sleep(0.005)
+    raise UserError("sidekick_tools: the chat kept changing; :SidekickSend again")
