@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sidekick_tools.buffers import BufferMirror
 from sidekick_tools.calls import CallRunner, Tracked
-from sidekick_tools.calls import chain as chain_mod
+from sidekick_tools.calls import execute as execute_mod
 from sidekick_tools.calls import writer as writer_mod
 from sidekick_tools.chat import parse
 from sidekick_tools.config import Config
@@ -117,13 +117,13 @@ async def test_a_gated_call_shows_running_and_starts_when_the_gate_opens(monkeyp
             started.append(params)
             return ToolResult.ok("done")
 
-    monkeypatch.setattr(chain_mod.tools, "get_tool", lambda name: Tool())
+    monkeypatch.setattr(execute_mod.tools, "get_tool", lambda name: Tool())
     mirror = port.mirrors[BUF]
     call = mirror.chat().calls[0]
     tracked = Tracked(BUF, 0, "c0", "run_terminal_command", "chat.sidekick.md")
     gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     run = asyncio.ensure_future(
-        runner.chain.run_one(tracked, "/", explicit=False, found=(mirror, call), gate=gate)
+        runner.chain.executor.run(tracked, "/", explicit=False, found=(mirror, call), gate=gate)
     )
     for _ in range(10):
         await asyncio.sleep(0)

@@ -1,0 +1,133 @@
+"""One call run: checked, asked where the user's policy has a say, taken up
+from the task it started before if that task's result never reached the chat,
+then its tool run. What the chain and the user's commands share."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from .. import tools
+from ..chat import ToolCall
+from ..config import Config
+from ..tools.base import ToolContext, ToolResult
+from .marking import CallMarks, Found
+from .registry import CallRegistry, Tracked
+from .scan import call_problem
+
+log = logging.getLogger(__name__)
+
+STRUCTURAL = ("Unclosed fence", "Duplicate id")  # errors the text itself must fix
+
+
+def denied(reason: str, by: str = "policy") -> ToolResult:
+    return ToolResult(status="denied", body=reason, fields={"reason": by})
+
+
+class CallExecutor:
+    def __init__(
+        self, port: Any, registry: CallRegistry, tasks: Any, config: Config, marks: CallMarks
+    ) -> None:
+        self.port = port
+        self.registry = registry
+        self.tasks = tasks
+        self.config = config
+        self.marks = marks
+
+    async def run(
+        self,
+        tracked: Tracked,
+        cwd: str,
+        explicit: bool,
+        found: Found | None = None,
+        gate: asyncio.Future[None] | None = None,
+    ) -> ToolResult | None:
+        """Check, ask, run. The result to write, or None when nothing can be written.
+        `found`: the call as already read, else it is looked up again.
+        `gate`: the call starts working once it is done (see Host._run_request)."""
+        found = found or await self.marks.find(tracked)
+        if found is None:
+            return None
+        mirror, call = found
+        problem = call_problem(call)
+        if problem:
+            if problem.startswith(STRUCTURAL):
+                # No block can be written safely: only the diagnostic says what is wrong.
+                self.registry.state(tracked, "failed", detail=problem)
+                self.port.notify_user(f"sidekick_tools: {problem}", "error")
+                return None
+            return ToolResult(status="failed", body=problem, fields={})
+        earlier = self._undelivered_task(mirror.name, call)
+        if earlier is not None:
+            # This call already started a task whose result never reached the
+            # chat (the host died before writing it): that task is the call's,
+            # running or ended. Running the call again would run it twice.
+            self.registry.bind(tracked, earlier.id)
+            result = tools.result_from_task(call.tool, earlier)
+            result.fields.setdefault("task", earlier.id)
+            return result
+        ctx = self.context(cwd, mirror.name, tracked.call_id)
+        if explicit:
+            answer = await self.ask_policy(call, ctx)
+            if answer == "deny":
+                return denied("denied by the auto-accept policy")
+        ctx.auto = not explicit  # approved by the policy, not run by the user's hand
+        tool = tools.get_tool(call.tool)
+        assert tool is not None  # call_problem checked it exists
+        self.registry.state(tracked, "running", started_at=time.time())
+        # The running state reaches Neovim before the tool starts: with the
+        # reply of the request that started the call (the gate opens once that
+        # is sent), else on its own.
+        await (gate if gate is not None else asyncio.sleep(0))
+        started = time.monotonic()
+        try:
+            result = await tool.run(call.params or {}, ctx)
+        except Exception as exc:  # a tool bug must not take the host down
+            log.exception("tool %s failed on call %s", call.tool, tracked.call_id)
+            result = ToolResult(
+                status="failed",
+                body=f"Internal error in {call.tool}: {exc!r} (details in the host log)",
+                fields={},
+            )
+        if "duration" not in result.fields and call.tool != "run_terminal_command":
+            result.fields["duration"] = round(time.monotonic() - started, 2)
+        if result.status == "running":
+            token = str(result.fields.get("task") or tracked.token or "") or None
+            self.registry.bind(tracked, token)
+        return result
+
+    def _undelivered_task(self, chat: str, call: ToolCall) -> Any:
+        """The task this pending call started before, if its result was never
+        written (a result the user deleted was delivered: the call runs again)."""
+        if call.result is not None or not call.call_id:
+            return None
+        try:
+            task = self.tasks.find_by_call(chat, call.call_id)
+        except Exception:  # an unreadable store must not stop the call
+            log.warning("looking up earlier tasks of call %s failed", call.call_id, exc_info=True)
+            return None
+        if task is None or task.delivered:
+            return None
+        return task
+
+    def context(self, cwd: str, chat: str, call_id: str) -> ToolContext:
+        return ToolContext(
+            cwd=cwd, tasks=self.tasks, config=self.config, chat=chat, call_id=call_id
+        )
+
+    async def ask_policy(self, call: ToolCall, ctx: ToolContext) -> str | None:
+        """The user's Lua policy function's answer, when one is configured."""
+        if not self.config.auto_accept.has_policy:
+            return None
+        try:
+            answer = await self.port.ask_policy(
+                call.tool,
+                call.params or {},
+                {"cwd": ctx.cwd, "chat": ctx.chat, "call_id": ctx.call_id},
+            )
+        except Exception:
+            log.exception("policy function failed")
+            return None
+        return answer if answer in ("approve", "deny") else None
