@@ -1,4 +1,5 @@
-"""tools/git_guard.py: which repositories auto-run git may meet (config, index, layout)."""
+"""tools/git_guard.py, git_config.py, git_index.py: which repositories auto-run git may
+meet (config, index, layout)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 from sidekick_tools.defaults import default
 from sidekick_tools.tools import command_policy
 from sidekick_tools.tools.command_table import table_for
-from sidekick_tools.tools.git_guard import config_problem, index_problem, repository_problem
+from sidekick_tools.tools.git_config import config_problem
+from sidekick_tools.tools.git_guard import repository_problem
+from sidekick_tools.tools.git_index import index_problem
 
 DEFAULT_SAFE_COMMANDS = tuple(default("auto_accept.safe_commands"))
 

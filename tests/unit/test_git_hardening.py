@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from sidekick_tools.defaults import default
-from sidekick_tools.tools import command_policy, git_guard, shell_words
+from sidekick_tools.tools import command_policy, git_hardening, shell_words
 from sidekick_tools.tools.command_table import table_for
 
 DEFAULT_SAFE_COMMANDS = tuple(default("auto_accept.safe_commands"))
@@ -250,7 +250,7 @@ def test_a_hostile_repository_starts_nothing_when_auto_run(repo, name):
     if case.neutralised:
         for command in COMMANDS:
             argv = [w.text for w in shell_words.split(command)]
-            run_shell(repo, git_guard.shell_command(["git", *argv[1:]], 1, str(repo.root)))
+            run_shell(repo, git_hardening.shell_command(["git", *argv[1:]], 1, str(repo.root)))
         assert repo.fired() == []
 
 

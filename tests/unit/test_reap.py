@@ -10,7 +10,7 @@ import time
 import pytest
 from sidekick_tools import reap
 from sidekick_tools.config import tasks_config
-from sidekick_tools.tasks import groups, process
+from sidekick_tools.tasks import groups, spawn
 from sidekick_tools.tasks.manager import TaskManager, TaskSpec
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
 from sidekick_tools.tasks.remote_halt import HOST_GONE
@@ -67,7 +67,7 @@ async def test_the_dead_hosts_tasks_are_halted_and_recorded(tmp_path, capsys) ->
 async def test_a_task_whose_process_is_gone_is_left_to_recovery(tmp_path, capsys) -> None:
     state = str(tmp_path / "state")
     store = SqliteStore(os.path.join(state, "tasks.db"))
-    child = process.spawn("exit 0", str(tmp_path / "log"))
+    child = spawn.spawn("exit 0", str(tmp_path / "log"))
     child.popen.wait(timeout=10)
     store.insert(
         Task(

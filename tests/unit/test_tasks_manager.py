@@ -11,7 +11,7 @@ import time
 
 import pytest
 from sidekick_tools.config import tasks_config
-from sidekick_tools.tasks import groups, identity, process
+from sidekick_tools.tasks import groups, identity, spawn, wrapper
 from sidekick_tools.tasks.manager import TaskEvent, TaskManager, TaskNotFound, TaskSpec
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
 from sidekick_tools.tasks.progress_poll import due_for_poll
@@ -267,8 +267,8 @@ def test_spawn_nice_failure_is_not_fatal(tmp_path, monkeypatch, caplog):
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(os, "setpriority", refuse)
-    caplog.set_level("INFO", logger=process.__name__)
-    proc = process.spawn("true", str(tmp_path / "log"), nice=5)
+    caplog.set_level("INFO", logger=spawn.__name__)
+    proc = spawn.spawn("true", str(tmp_path / "log"), nice=5)
     assert proc.popen.wait(timeout=10) == 0
     assert "cannot lower its priority" in caplog.text
 
@@ -446,7 +446,7 @@ async def test_restart_recovery(tasks_state, tmp_path):
     await a.shutdown(kill=False)
     store_a.close()
     (tmp_path / "ended").write_text("")
-    await until(lambda: process.read_exit(seven.log_dir) and process.read_exit(zero.log_dir))
+    await until(lambda: wrapper.read_exit(seven.log_dir) and wrapper.read_exit(zero.log_dir))
     await until(lambda: "waiting" in read(slow.log_path))
 
     store_b = SqliteStore(db)
@@ -491,7 +491,7 @@ async def test_a_start_the_store_never_heard_of_is_taken_up_not_repeated(tasks_s
     gate = "while [ ! -f go ]; do sleep 0.02; done; "
     live = await a.submit(spec("echo up; " + gate + "echo live", cwd=str(tmp_path)))
     ended = await a.submit(spec("echo ended; exit 3", cwd=str(tmp_path)))
-    await until(lambda: "up" in read(live.log_path) and process.read_exit(ended.log_dir))
+    await until(lambda: "up" in read(live.log_path) and wrapper.read_exit(ended.log_dir))
     await a.shutdown(kill=False)  # "killed": nothing more is written
     store_a.close()
     raw = sqlite3.connect(db)

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from sidekick_tools.tasks import groups, identity, process
+from sidekick_tools.tasks import groups, identity, process, spawn, wrapper
 
 from tests.conftest import until, wait_for
 
@@ -85,30 +85,30 @@ def test_owner_token() -> None:
 
 def test_read_exit(tmp_path) -> None:
     d = str(tmp_path)
-    assert process.read_exit(d) is None
+    assert wrapper.read_exit(d) is None
     (tmp_path / "exit").write_text("garbage")
-    assert process.read_exit(d) is None
+    assert wrapper.read_exit(d) is None
     (tmp_path / "exit").write_text("code=7\nsignal=0\nended=\n")
-    rec = process.read_exit(d)
+    rec = wrapper.read_exit(d)
     assert rec.code == 7 and rec.signal == 0
     assert rec.ended_at == pytest.approx(os.stat(tmp_path / "exit").st_mtime)
     (tmp_path / "exit").write_text("code=0\nsignal=15\nended=1700000000,25\n")
-    assert process.read_exit(d) == process.ExitRecord(0, 15, 1700000000.25)
+    assert wrapper.read_exit(d) == wrapper.ExitRecord(0, 15, 1700000000.25)
     # Being written (the supervisor's printf not done yet): not a record yet.
     for partial in ("", "code=1", "code=12\nsignal=0\n", "code=12\nsignal=0\nended=17000"):
         (tmp_path / "exit").write_text(partial)
-        assert process.read_exit(d) is None, partial
+        assert wrapper.read_exit(d) is None, partial
 
 
 def test_spawn_errors(tmp_path) -> None:
     log_dir = str(tmp_path / "log")
-    with pytest.raises(process.SpawnError, match="does not exist"):
-        process.spawn("true", log_dir, cwd=str(tmp_path / "nope"))
+    with pytest.raises(spawn.SpawnError, match="does not exist"):
+        spawn.spawn("true", log_dir, cwd=str(tmp_path / "nope"))
     (tmp_path / "file").write_text("")
-    with pytest.raises(process.SpawnError, match="not a directory"):
-        process.spawn("true", log_dir, cwd=str(tmp_path / "file"))
-    with pytest.raises(process.SpawnError, match="environment variable"):
-        process.spawn("true", log_dir, cwd=str(tmp_path), env={"A=B": "x"})
+    with pytest.raises(spawn.SpawnError, match="not a directory"):
+        spawn.spawn("true", log_dir, cwd=str(tmp_path / "file"))
+    with pytest.raises(spawn.SpawnError, match="environment variable"):
+        spawn.spawn("true", log_dir, cwd=str(tmp_path), env={"A=B": "x"})
 
 
 # --------------------------------------------------------------------------- processes
@@ -123,11 +123,11 @@ async def test_child_runs_with_output_in_files(tmp_path, monkeypatch, use_pidfd)
     log_dir = str(tmp_path / "tasks" / "abc123")
     (tmp_path / "go").unlink(missing_ok=True)
     cmd = 'echo "out $FOO"; echo err >&2; while [ ! -f go ]; do sleep 0.02; done; exit 3'
-    proc = process.spawn(cmd, log_dir, cwd=str(tmp_path), env={"FOO": "bar"})
+    proc = spawn.spawn(cmd, log_dir, cwd=str(tmp_path), env={"FOO": "bar"})
     assert proc.pid == proc.pgid and proc.start_token
     assert os.getpgid(proc.pid) == proc.pid  # its own group...
     # ...in this process's session only when that has no terminal to leak
-    in_own_session = process._detach_kwargs() == {"start_new_session": True}  # noqa: SLF001
+    in_own_session = spawn._detach_kwargs() == {"start_new_session": True}  # noqa: SLF001
     assert (os.getsid(proc.pid) == proc.pid) == in_own_session
     exited = asyncio.ensure_future(proc.wait())
     stdout, stderr = os.path.join(log_dir, "stdout"), os.path.join(log_dir, "stderr")
@@ -149,7 +149,7 @@ async def test_child_runs_with_output_in_files(tmp_path, monkeypatch, use_pidfd)
     assert out.code == 3 and out.recorded and out.signal is None
     assert proc.exited and not proc.alive()
     assert proc.returncode == 3
-    assert process.read_exit(log_dir).code == 3
+    assert wrapper.read_exit(log_dir).code == 3
     assert_reaped(proc.pid)
     assert stat.S_IMODE(os.stat(log_dir).st_mode) == 0o700
     for name in ("stdout", "stderr", "exit"):
@@ -159,18 +159,18 @@ async def test_child_runs_with_output_in_files(tmp_path, monkeypatch, use_pidfd)
 
 def test_supervisor_survives_sigterm_and_records_exit(tmp_path) -> None:
     log_dir = str(tmp_path / "log")
-    proc = process.spawn("echo ready; sleep 30", log_dir, cwd=str(tmp_path))
+    proc = spawn.spawn("echo ready; sleep 30", log_dir, cwd=str(tmp_path))
     wait_for(lambda: "ready" in read(os.path.join(log_dir, "stdout")))
     os.killpg(proc.pgid, signal.SIGTERM)
     assert proc.popen.wait(timeout=10) == 143
-    rec = process.read_exit(log_dir)
+    rec = wrapper.read_exit(log_dir)
     assert rec is not None and rec.code == 143 and rec.signal == 15
 
 
 async def test_terminate_group_kills_a_tree_that_ignores_sigterm(tmp_path) -> None:
     log_dir = str(tmp_path / "log")
     cmd = "trap '' TERM; sleep 1000 & sleep 1000 & echo ready; wait"
-    proc = process.spawn(cmd, log_dir, cwd=str(tmp_path))
+    proc = spawn.spawn(cmd, log_dir, cwd=str(tmp_path))
     exited = asyncio.ensure_future(proc.wait())
     await until(lambda: "ready" in read(os.path.join(log_dir, "stdout")))
     if LINUX:
@@ -186,7 +186,7 @@ async def test_terminate_group_kills_a_tree_that_ignores_sigterm(tmp_path) -> No
 
 async def test_stray_background_processes_get_sigterm_on_exit(tmp_path) -> None:
     log_dir = str(tmp_path / "log")
-    proc = process.spawn("sleep 1000 & echo started", log_dir, cwd=str(tmp_path))
+    proc = spawn.spawn("sleep 1000 & echo started", log_dir, cwd=str(tmp_path))
     assert (await asyncio.wait_for(proc.wait(), 10)).code == 0
     assert proc.stragglers_signalled
     await until(lambda: live_members(proc.pgid) == [])
@@ -195,7 +195,7 @@ async def test_stray_background_processes_get_sigterm_on_exit(tmp_path) -> None:
 async def test_adopted_process_is_polled(tmp_path) -> None:
     log_dir = str(tmp_path / "log")
     (tmp_path / "go").unlink(missing_ok=True)
-    child = process.spawn(
+    child = spawn.spawn(
         "while [ ! -f go ]; do sleep 0.02; done; exit 4", log_dir, cwd=str(tmp_path)
     )
     adopted = process.AdoptedProcess(child.pid, child.start_token, log_dir, poll_interval=0.02)
@@ -213,7 +213,7 @@ async def test_adopted_process_is_polled(tmp_path) -> None:
 
 async def test_adopted_process_waits_for_a_complete_exit_record(tmp_path) -> None:
     log_dir = tmp_path / "log"
-    child = process.spawn("sleep 1000", str(log_dir), cwd=str(tmp_path))
+    child = spawn.spawn("sleep 1000", str(log_dir), cwd=str(tmp_path))
     try:
         adopted = process.AdoptedProcess(child.pid, child.start_token, str(log_dir))
         assert adopted.poll() is None  # running, no record
@@ -229,7 +229,7 @@ async def test_adopted_process_waits_for_a_complete_exit_record(tmp_path) -> Non
 
 async def test_an_adopted_process_is_signalled_only_while_it_is_the_same_process(tmp_path):
     log_dir = tmp_path / "log"
-    child = process.spawn("echo ready; sleep 1000", str(log_dir), cwd=str(tmp_path))
+    child = spawn.spawn("echo ready; sleep 1000", str(log_dir), cwd=str(tmp_path))
     try:
         await until(lambda: "ready" in read(str(log_dir / "stdout")))
         stranger = process.AdoptedProcess(child.pid, "not-its-start-token", str(log_dir))
@@ -244,7 +244,7 @@ async def test_an_adopted_process_is_signalled_only_while_it_is_the_same_process
 
 def test_kill_groups_now(tmp_path) -> None:
     procs = [
-        process.spawn("trap '' TERM; echo ready; sleep 1000", str(tmp_path / f"l{i}"))
+        spawn.spawn("trap '' TERM; echo ready; sleep 1000", str(tmp_path / f"l{i}"))
         for i in range(2)
     ]
     for i in range(2):
@@ -258,20 +258,20 @@ def test_kill_groups_now(tmp_path) -> None:
 def test_tasks_have_no_controlling_terminal(tmp_path) -> None:
     """A command that wants a terminal (a password prompt) fails instead of hanging."""
     log_dir = str(tmp_path / "log")
-    proc = process.spawn("(exec 3</dev/tty) 2>/dev/null && echo tty || echo no-tty", log_dir)
+    proc = spawn.spawn("(exec 3</dev/tty) 2>/dev/null && echo tty || echo no-tty", log_dir)
     proc.popen.wait(timeout=10)
     with open(os.path.join(log_dir, "stdout")) as f:
         assert f.read() == "no-tty\n"
 
 
 def test_detach_joins_the_host_session_only_without_a_terminal(monkeypatch) -> None:
-    detach = process._detach_kwargs  # noqa: SLF001
+    detach = spawn._detach_kwargs  # noqa: SLF001
     try:
         detach.cache_clear()
-        monkeypatch.setattr(process, "_has_controlling_terminal", lambda: True)
+        monkeypatch.setattr(spawn, "_has_controlling_terminal", lambda: True)
         assert detach() == {"start_new_session": True}
         detach.cache_clear()
-        monkeypatch.setattr(process, "_has_controlling_terminal", lambda: False)
+        monkeypatch.setattr(spawn, "_has_controlling_terminal", lambda: False)
         expected = (
             {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
         )
@@ -284,16 +284,16 @@ def test_detach_joins_the_host_session_only_without_a_terminal(monkeypatch) -> N
 def test_logs_are_private_and_the_command_keeps_the_hosts_umask(tmp_path, mask) -> None:
     """The wrapper creates the logs 0600 whatever the umask, then gives the
     command this process's umask back."""
-    process._umask.cache_clear()  # noqa: SLF001
+    spawn._umask.cache_clear()  # noqa: SLF001
     old = os.umask(mask)
     try:
         log_dir = str(tmp_path / "log")
-        proc = process.spawn("umask; : > made", log_dir, cwd=str(tmp_path))
+        proc = spawn.spawn("umask; : > made", log_dir, cwd=str(tmp_path))
     finally:
         os.umask(old)
-        process._umask.cache_clear()  # noqa: SLF001
-    wait_for(lambda: process.read_exit(log_dir) is not None)
-    assert process.read_exit(log_dir).code == 0
+        spawn._umask.cache_clear()  # noqa: SLF001
+    wait_for(lambda: wrapper.read_exit(log_dir) is not None)
+    assert wrapper.read_exit(log_dir).code == 0
     assert int(read(os.path.join(log_dir, "stdout")).strip(), 8) == mask
     assert stat.S_IMODE(os.stat(tmp_path / "made").st_mode) == 0o666 & ~mask
     for name in ("stdout", "stderr", "exit"):

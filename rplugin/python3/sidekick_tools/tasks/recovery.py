@@ -20,9 +20,10 @@ from .log_follower import LogFollower
 from .log_limit import LIMIT_ERROR, cut_at_exit
 from .model import ACTIVE, Reason, Task, TaskStatus, transition
 from .on_exit_summarize import combine_summary, scan_for_summary, take_counts
-from .process import AdoptedProcess, Outcome, find_supervisor, read_exit
+from .process import AdoptedProcess, Outcome
 from .store import StoreError, TaskQuery
 from .supervisor import FINAL_FIELDS, StopRequest, settle
+from .wrapper import find_supervisor, read_exit
 
 if TYPE_CHECKING:
     from .engine import TaskEngine

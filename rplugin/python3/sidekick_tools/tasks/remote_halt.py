@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from .groups import kill_groups_now, terminate_group
 from .identity import is_alive
 from .model import ACTIVE, Reason, Task, TaskStatus, transition
-from .process import read_exit
 from .store import StoreError, TaskQuery, TaskStore
+from .wrapper import read_exit
 
 log = logging.getLogger(__name__)
 

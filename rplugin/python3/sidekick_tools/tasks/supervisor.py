@@ -26,8 +26,9 @@ from .log_follower import LogFollower
 from .log_limit import LIMIT_ERROR, cut_at_exit
 from .model import Reason, Task, TaskStatus, keep_their_verdict, transition
 from .on_exit_summarize import combine_summary, count_rest, summarize, take_counts
-from .process import Outcome, SpawnError, TaskProcess, spawn
+from .process import Outcome, TaskProcess
 from .queue import TaskQueue
+from .spawn import SpawnError, spawn
 from .store import BufferedStore
 from .tuning import EngineTuning
 

@@ -12,7 +12,7 @@ so a repository cannot put its own ``ls`` first.
 
 An approved command comes with a `Plan`: the shell line that runs exactly the
 checked argv (every word quoted, the program by absolute path, git with
-`git_guard`'s hardening). Pure: no pynvim, no task engine.
+`git_hardening`). Pure: no pynvim, no task engine.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from . import _fs, git_guard, shell_words
+from . import _fs, git_guard, git_hardening, shell_words
 from .command_forms import GIT_GLOBAL_OPTIONS, NEVER_SAFE, Form
 from .command_table import Table
 
@@ -91,7 +91,7 @@ def _plan(
         problem = git_guard.repository_problem(cwd, root)
         if problem:
             raise _No(problem)
-        shell = git_guard.shell_command(run, sub_index, root)
+        shell = git_hardening.shell_command(run, sub_index, root)
     else:
         shell = "exec " + shlex.join(run)
     return Plan(tuple(run), cwd, shell)

@@ -13,7 +13,8 @@ from .errors import DuplicateToken, StoreBusy, StoreError
 from .memory import MemoryStore
 from .query import EVERY_TASK, StatusFilter, TaskQuery, normalize_status
 from .schema import SCHEMA_VERSION
-from .sqlite import DEFAULT_BUSY_TIMEOUT, SqliteStore
+from .sqlite import SqliteStore
+from .sqlite_connection import DEFAULT_BUSY_TIMEOUT
 
 
 def open_store(

@@ -21,11 +21,8 @@ Rules:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +41,7 @@ from .pending import (
     Offset,
     Update,
     Write,
+    WriteQueue,
     copy_into_memory,
 )
 from .query import TaskQuery
@@ -58,18 +56,16 @@ class BufferedStore:
     on_conflict: Callable[[Task], None] | None = None
     retry_first: float = RETRY_FIRST
     fallback_reason: str | None = None
-    _pending: deque[Write] = field(default_factory=deque)
     _held: dict[str, Task] = field(default_factory=dict)
     _tracked: set[str] = field(default_factory=set)
     _reads: Circuit = field(default_factory=Circuit)
-    _writes: Circuit = field(default_factory=Circuit)
-    _retry: asyncio.TimerHandle | None = None
+    _queue: WriteQueue = field(init=False)
 
     def __post_init__(self) -> None:
         # Reading is not writing: in WAL mode another program's write lock
-        # still lets us read, so each has its own circuit.
+        # still lets us read, so each has its own circuit (the queue's for writes).
         self._reads = Circuit(delay=self.retry_first, first=self.retry_first)
-        self._writes = Circuit(delay=self.retry_first, first=self.retry_first)
+        self._queue = WriteQueue(self.retry_first, self.flush)
 
     # -- what the host holds --------------------------------------------------------
 
@@ -86,10 +82,10 @@ class BufferedStore:
 
     @property
     def pending_writes(self) -> int:
-        return len(self._pending)
+        return len(self._queue)
 
     def _writes_for(self, token: str) -> list[Write]:
-        return [w for w in self._pending if w.token == token]
+        return self._queue.of(token)
 
     def _view(self, token: str, base: Task) -> Task:
         task = base.copy()
@@ -101,21 +97,21 @@ class BufferedStore:
     def _ask(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call the backend: busy opens the method's circuit (and raises); a
         broken database is replaced by memory and the call made there."""
-        circuit = self._reads if method in READS else self._writes
+        circuit = self._reads if method in READS else self._queue.circuit
         if circuit.open:
             raise StoreBusy(circuit.message)
         try:
             result = getattr(self.backend, method)(*args, **kwargs)
         except StoreBusy as exc:
             circuit.trip(str(exc))
-            self._schedule_flush()
+            self._queue.schedule()
             raise
         except DuplicateToken:
             raise
         except StoreError as exc:
             self._fall_back(exc)
             return getattr(self.backend, method)(*args, **kwargs)
-        if circuit is self._reads or not self._pending:
+        if circuit is self._reads or not self._queue:
             circuit.reset()
         return result
 
@@ -147,9 +143,9 @@ class BufferedStore:
     def list(self, query: TaskQuery, limit: int | None = 100, offset: int = 0) -> list[Task]:
         """`TaskStore.list`; while the database is locked, the host's own tasks only."""
         upto = None if limit is None else offset + limit
-        changed = {w.token for w in self._pending if w.token in self._held}
+        changed = {w.token for w in self._queue.writes if w.token in self._held}
         try:
-            if not self._pending:
+            if not self._queue:
                 return list(self._ask("list", query, limit, offset))
             rows = self._ask("list", query, None if upto is None else upto + len(changed), 0)
         except StoreBusy:
@@ -162,7 +158,7 @@ class BufferedStore:
     def count(self, query: TaskQuery) -> int:
         try:
             total = self._ask("count", query)
-            for token in {w.token for w in self._pending if w.token in self._held}:
+            for token in {w.token for w in self._queue.writes if w.token in self._held}:
                 row = self._ask("get", token)
                 total -= bool(row is not None and query.matches(row))
                 total += query.matches(self._held[token])
@@ -188,13 +184,13 @@ class BufferedStore:
         """Store a new task; while the database is locked its token is allocated
         here (`reserve`, the log directory, keeps tokens apart across hosts)
         and the row follows when the lock is gone."""
-        if not self._pending:
+        if not self._queue:
             with contextlib.suppress(StoreBusy):
                 return self._ask("insert", task, reserve)
         task = task.copy()
         base.allocate_token(task, self._held.__contains__, reserve)
         self._held[task.id] = task.copy()
-        self._defer(Insert(task.copy()))
+        self._queue.add(Insert(task.copy()))
         return task
 
     def insert_many(self, tasks: Iterable[Task]) -> None:
@@ -216,11 +212,11 @@ class BufferedStore:
                         held.read_offsets = dict(task.read_offsets)
                 return changed
         if held is None:
-            raise StoreBusy(self._writes.message)
+            raise StoreBusy(self._queue.circuit.message)
         if not base.expected(held, expect):
             return False
         assign(held, task, names)
-        self._defer(Update(task.copy(), wanted, dict(expect) if expect else None))
+        self._queue.add(Update(task.copy(), wanted, dict(expect) if expect else None))
         return True
 
     def _set(self, write: Flag | Offset, method: str, *args: Any) -> bool:
@@ -238,7 +234,7 @@ class BufferedStore:
         held = self._held.get(write.token)
         if held is not None:
             write.overlay(held)
-        self._defer(write)
+        self._queue.add(write)
         return True
 
     def mark_read(self, token: str) -> bool:
@@ -257,57 +253,21 @@ class BufferedStore:
         return list(self._ask("purge", now, retention))
 
     def close(self) -> None:
-        if self._retry is not None:
-            self._retry.cancel()
-            self._retry = None
-        if self._pending and not self.flush():
-            log.warning("%d task writes never reached the database", len(self._pending))
+        self._queue.cancel()
+        if self._queue and not self.flush():
+            log.warning("%d task writes never reached the database", len(self._queue))
         self.backend.close()
 
     # -- the queue ----------------------------------------------------------------------
 
-    def _defer(self, write: Write) -> None:
-        self._pending.append(write)
-        self._schedule_flush()
-
-    def _schedule_flush(self) -> None:
-        if self._retry is not None or not self._pending:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # no loop (a script): the next write tries again
-        delay = max(0.0, self._writes.until - time.monotonic())
-        self._retry = loop.call_later(delay, self._retry_flush)
-
-    def _retry_flush(self) -> None:
-        self._retry = None
-        self.flush()
-
     def flush(self) -> bool:
         """Apply the queued writes in order; True when none is left."""
-        self._writes.until = 0.0
-        while self._pending:
-            write = self._pending[0]
-            try:
-                applied = write.apply(self.backend)
-            except StoreBusy as exc:
-                self._writes.trip(str(exc))
-                self._schedule_flush()
-                return False
-            except DuplicateToken:
-                log.error(
-                    "task %s: its token is taken in the database; kept in memory only", write.token
-                )
-                self._pending = deque(w for w in self._pending if w.token != write.token)
-                continue
-            except StoreError as exc:
-                self._fall_back(exc)
-                return True
-            self._pending.popleft()
-            if not applied and isinstance(write, Update):
-                self._settle_conflict(write)
-        self._writes.reset()
+        drained = self._queue.drain(self.backend, self._settle_conflict)
+        if isinstance(drained, StoreError):
+            self._fall_back(drained)
+            return True
+        if not drained:
+            return False
         for token in [t for t in self._held if t not in self._tracked]:
             self._held.pop(token)
         return True
@@ -335,10 +295,10 @@ class BufferedStore:
         old = self.backend
         if isinstance(old, MemoryStore):
             raise exc
-        self.backend = copy_into_memory(old, self._held, self._pending)
-        self._pending.clear()
+        self.backend = copy_into_memory(old, self._held, self._queue.writes)
+        self._queue.writes.clear()
         self._reads.reset()
-        self._writes.reset()
+        self._queue.circuit.reset()
         self.fallback_reason = str(exc)
         log.error("task store failed, using memory from now on: %s", exc)
         with contextlib.suppress(Exception):
