@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
-from sidekick_tools.tools import REGISTRY, check_call
+from sidekick_tools.config import Config
+from sidekick_tools.mcp.face import SPECS
+from sidekick_tools.tools import REGISTRY, check_call, specs
 from sidekick_tools.tools.schema import MAX_CONTENT, MAX_STRING, describe, type_of, validate
 
 OBJ = {
@@ -249,3 +254,40 @@ def test_every_registered_schema_is_a_strict_object_schema():
 
 def _sample(prop):
     return {"string": "x", "array": ["x"], "number": 1, "integer": 1, "boolean": True}[prop["type"]]
+
+
+# What the model and MCP clients are shown, byte for byte (key order included):
+# a schema or description changes only together with these files.
+DATA = Path(__file__).parent / "data"
+
+
+def _load(name):
+    return json.loads((DATA / name).read_text(encoding="utf-8"))
+
+
+def _assert_same_bytes(actual, expected, what):
+    assert actual == expected, what
+    assert json.dumps(actual) == json.dumps(expected), what
+
+
+def test_registered_schemas_match_the_snapshot():
+    snapshot = _load("tool_schemas.json")
+    assert list(snapshot) == list(REGISTRY)
+    for name, tool in REGISTRY.items():
+        _assert_same_bytes(tool.schema, snapshot[name], name)
+
+
+def test_specs_with_default_config_match_the_snapshot():
+    snapshot = _load("tool_specs.json")["chat"]
+    shown = specs(Config.from_dict({}))
+    assert [s.name for s in shown] == list(snapshot)
+    for spec in shown:
+        assert spec.description == snapshot[spec.name]["description"], spec.name
+        _assert_same_bytes(spec.schema, snapshot[spec.name]["schema"], spec.name)
+
+
+def test_mcp_schemas_match_the_snapshot():
+    snapshot = _load("tool_specs.json")["mcp"]
+    assert list(SPECS) == list(snapshot)
+    for name, spec in SPECS.items():
+        _assert_same_bytes(spec.schema, snapshot[name], name)
