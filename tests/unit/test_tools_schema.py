@@ -9,7 +9,18 @@ import pytest
 from sidekick_tools.config import Config
 from sidekick_tools.mcp.face import SPECS
 from sidekick_tools.tools import REGISTRY, check_call, specs
-from sidekick_tools.tools.schema import MAX_CONTENT, MAX_STRING, describe, type_of, validate
+from sidekick_tools.tools.schema import (
+    MAX_CONTENT,
+    MAX_STRING,
+    array,
+    boolean,
+    describe,
+    number,
+    object_schema,
+    string,
+    type_of,
+    validate,
+)
 
 OBJ = {
     "type": "object",
@@ -239,6 +250,39 @@ class TestSizeGuard:
 )
 def test_describe(schema, words):
     assert describe(schema) == words
+
+
+def test_builders_write_type_then_bounds_then_description():
+    cases = [
+        (string(), '{"type": "string"}'),
+        (
+            string("d", min_length=1, max_length=5),
+            '{"type": "string", "minLength": 1, "maxLength": 5, "description": "d"}',
+        ),
+        (
+            string("d", enum=("a", "b")),
+            '{"type": "string", "enum": ["a", "b"], "description": "d"}',
+        ),
+        (number("d", minimum=0), '{"type": "number", "minimum": 0, "description": "d"}'),
+        (
+            number("d", exclusive_minimum=0),
+            '{"type": "number", "exclusiveMinimum": 0, "description": "d"}',
+        ),
+        (boolean("d"), '{"type": "boolean", "description": "d"}'),
+        (
+            array(string(), "d", min_items=1, max_items=3),
+            '{"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3, '
+            '"description": "d"}',
+        ),
+        (
+            object_schema({"b": boolean("d")}),
+            '{"type": "object", "properties": {"b": {"type": "boolean", "description": "d"}}, '
+            '"required": [], "additionalProperties": false}',
+        ),
+    ]
+    for built, text in cases:
+        assert json.dumps(built) == text
+        assert built == json.loads(text)  # lists, not tuples
 
 
 def test_every_registered_schema_is_a_strict_object_schema():
