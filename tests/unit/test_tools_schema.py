@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
-from sidekick_tools.tools import REGISTRY, check_call
-from sidekick_tools.tools.schema import MAX_CONTENT, MAX_STRING, describe, type_of, validate
+from sidekick_tools.config import Config
+from sidekick_tools.mcp.face import SPECS
+from sidekick_tools.tools import REGISTRY, check_call, specs
+from sidekick_tools.tools.schema import (
+    MAX_CONTENT,
+    MAX_STRING,
+    array,
+    boolean,
+    describe,
+    number,
+    object_schema,
+    string,
+    type_of,
+    validate,
+)
 
 OBJ = {
     "type": "object",
@@ -236,6 +252,39 @@ def test_describe(schema, words):
     assert describe(schema) == words
 
 
+def test_builders_write_type_then_bounds_then_description():
+    cases = [
+        (string(), '{"type": "string"}'),
+        (
+            string("d", min_length=1, max_length=5),
+            '{"type": "string", "minLength": 1, "maxLength": 5, "description": "d"}',
+        ),
+        (
+            string("d", enum=("a", "b")),
+            '{"type": "string", "enum": ["a", "b"], "description": "d"}',
+        ),
+        (number("d", minimum=0), '{"type": "number", "minimum": 0, "description": "d"}'),
+        (
+            number("d", exclusive_minimum=0),
+            '{"type": "number", "exclusiveMinimum": 0, "description": "d"}',
+        ),
+        (boolean("d"), '{"type": "boolean", "description": "d"}'),
+        (
+            array(string(), "d", min_items=1, max_items=3),
+            '{"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3, '
+            '"description": "d"}',
+        ),
+        (
+            object_schema({"b": boolean("d")}),
+            '{"type": "object", "properties": {"b": {"type": "boolean", "description": "d"}}, '
+            '"required": [], "additionalProperties": false}',
+        ),
+    ]
+    for built, text in cases:
+        assert json.dumps(built) == text
+        assert built == json.loads(text)  # lists, not tuples
+
+
 def test_every_registered_schema_is_a_strict_object_schema():
     for name, tool in REGISTRY.items():
         schema = tool.schema
@@ -249,3 +298,40 @@ def test_every_registered_schema_is_a_strict_object_schema():
 
 def _sample(prop):
     return {"string": "x", "array": ["x"], "number": 1, "integer": 1, "boolean": True}[prop["type"]]
+
+
+# What the model and MCP clients are shown, byte for byte (key order included):
+# a schema or description changes only together with these files.
+DATA = Path(__file__).parent / "data"
+
+
+def _load(name):
+    return json.loads((DATA / name).read_text(encoding="utf-8"))
+
+
+def _assert_same_bytes(actual, expected, what):
+    assert actual == expected, what
+    assert json.dumps(actual) == json.dumps(expected), what
+
+
+def test_registered_schemas_match_the_snapshot():
+    snapshot = _load("tool_schemas.json")
+    assert list(snapshot) == list(REGISTRY)
+    for name, tool in REGISTRY.items():
+        _assert_same_bytes(tool.schema, snapshot[name], name)
+
+
+def test_specs_with_default_config_match_the_snapshot():
+    snapshot = _load("tool_specs.json")["chat"]
+    shown = specs(Config.from_dict({}))
+    assert [s.name for s in shown] == list(snapshot)
+    for spec in shown:
+        assert spec.description == snapshot[spec.name]["description"], spec.name
+        _assert_same_bytes(spec.schema, snapshot[spec.name]["schema"], spec.name)
+
+
+def test_mcp_schemas_match_the_snapshot():
+    snapshot = _load("tool_specs.json")["mcp"]
+    assert list(SPECS) == list(snapshot)
+    for name, spec in SPECS.items():
+        _assert_same_bytes(spec.schema, snapshot[name], name)

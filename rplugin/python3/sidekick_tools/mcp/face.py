@@ -37,7 +37,7 @@ from ..tools import (
     use_agent,
 )
 from ..tools.base import ToolContext, ToolNames, ToolResult
-from ..tools.schema import validate
+from ..tools.schema import object_schema, validate
 from . import answers
 from .answers import Answer
 from .progress import ProgressReporter, Report
@@ -75,13 +75,7 @@ def _pick(schema: dict[str, Any], keep: list[str], **changes: dict[str, Any]) ->
         prop = copy.deepcopy(schema["properties"][name])
         prop.update(changes.get(name, {}))
         props[name] = prop
-    required = [n for n in schema.get("required", []) if n in keep]
-    return {
-        "type": "object",
-        "properties": props,
-        "required": required,
-        "additionalProperties": False,
-    }
+    return object_schema(props, required=[n for n in schema.get("required", []) if n in keep])
 
 
 _HYBRID = (

@@ -15,16 +15,13 @@ from ..tasks.model import is_token
 from ..tasks.output import summary_of, tail_bytes
 from ..text import clean, decode
 from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
-from .schema import validate
+from .schema import object_schema, string, validate
 
 NOT_FOUND = "Task ID not found or expired."
 
-TOKEN_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": 64,
-    "description": "The task's token (6 lowercase hex characters, e.g. a1b2c3).",
-}
+TOKEN_SCHEMA = string(
+    "The task's token (6 lowercase hex characters, e.g. a1b2c3).", min_length=1, max_length=64
+)
 
 
 def status_of(task: Any) -> str:
@@ -102,12 +99,7 @@ class TaskTool:
 
     name = ""
     description = ""
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {"task": TOKEN_SCHEMA},
-        "required": ["task"],
-        "additionalProperties": False,
-    }
+    schema = object_schema({"task": TOKEN_SCHEMA}, required=["task"])
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
         return own_task(ctx, params.get("task"))

@@ -25,6 +25,7 @@ from typing import Any
 
 from . import _tasks
 from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
+from .schema import number, object_schema
 
 
 def still_running(names: ToolNames = CHAT_NAMES) -> str:
@@ -39,19 +40,15 @@ class AwaitTask(_tasks.TaskTool):
     description = (
         "Wait up to {tasks.await_timeout} s for a background task; its summary when it is done."
     )
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
+    schema = object_schema(
+        {
             "task": _tasks.TOKEN_SCHEMA,
-            "timeout_seconds": {
-                "type": "number",
-                "minimum": 0,
-                "description": "Seconds to wait at most (capped at {tasks.await_timeout}).",
-            },
+            "timeout_seconds": number(
+                "Seconds to wait at most (capped at {tasks.await_timeout}).", minimum=0
+            ),
         },
-        "required": ["task"],
-        "additionalProperties": False,
-    }
+        required=["task"],
+    )
 
     async def act(
         self, params: dict[str, Any], ctx: ToolContext, token: str, task: Any

@@ -8,7 +8,7 @@ from typing import Any
 
 from . import _fs
 from .base import ToolContext, ToolResult
-from .schema import validate
+from .schema import object_schema, string, validate
 
 MAX_ENTRIES = 1000
 
@@ -16,18 +16,10 @@ MAX_ENTRIES = 1000
 class ListDirectory:
     name = "list_directory"
     description = "List a directory: directories end in /, symlinks show -> target."
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Directory to list, relative to the working directory.",
-            },
-        },
-        "required": ["path"],
-        "additionalProperties": False,
-    }
+    schema = object_schema(
+        {"path": string("Directory to list, relative to the working directory.", min_length=1)},
+        required=["path"],
+    )
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
         """True when the directory really lies inside ctx.cwd (symlinks and .. resolved)."""

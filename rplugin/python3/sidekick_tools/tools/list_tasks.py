@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from . import _tasks
 from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
-from .schema import validate
+from .schema import object_schema, string, validate
 
 PER_GROUP = 20
 LABEL_CHARS = 60
@@ -58,18 +58,14 @@ CLOSING = closing()
 class ListTasks:
     name = "list_tasks"
     description = "This chat's tasks grouped by status, with token, tool or agent, label, age."
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "status": {
-                "type": "string",
-                "enum": ["all", "running", "queued", "completed", "failed", "cancelled"],
-                "description": "Only this group (default all).",
-            }
-        },
-        "required": [],
-        "additionalProperties": False,
-    }
+    schema = object_schema(
+        {
+            "status": string(
+                "Only this group (default all).",
+                enum=["all", "running", "queued", "completed", "failed", "cancelled"],
+            )
+        }
+    )
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
         return True

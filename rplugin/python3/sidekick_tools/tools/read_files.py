@@ -10,7 +10,7 @@ from typing import Any
 
 from . import _fs
 from .base import ToolContext, ToolResult
-from .schema import validate
+from .schema import array, object_schema, string, validate
 
 MAX_FILE_BYTES = 256 * 1024
 # One call reads at most this many files and this much in all: the model controls
@@ -23,21 +23,17 @@ _SNIFF = 8192
 class ReadFiles:
     name = "read_files"
     description = "Read one or more text files (paths relative to the chat's working directory)."
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "paths": {
-                "type": "array",
-                "items": {"type": "string", "minLength": 1},
-                "minItems": 1,
-                "maxItems": MAX_FILES,
-                "description": f"Files to read (at most {MAX_FILES}), relative to the "
-                "working directory.",
-            },
+    schema = object_schema(
+        {
+            "paths": array(
+                string(min_length=1),
+                f"Files to read (at most {MAX_FILES}), relative to the working directory.",
+                min_items=1,
+                max_items=MAX_FILES,
+            ),
         },
-        "required": ["paths"],
-        "additionalProperties": False,
-    }
+        required=["paths"],
+    )
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
         """True when every path really lies inside ctx.cwd (symlinks and .. resolved)."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from . import _fs
 from .base import ToolContext, ToolResult
-from .schema import MAX_CONTENT, validate
+from .schema import MAX_CONTENT, object_schema, string, validate
 
 MAX_FILE_BYTES = 64 << 20  # refuse to edit files bigger than this in memory
 SHOW_LINES = 40  # lines of the replaced region echoed back
@@ -16,29 +16,18 @@ SHOW_LINES = 40  # lines of the replaced region echoed back
 class ReplaceInFile:
     name = "replace_in_file"
     description = "Replace the one occurrence of `old` in a file with `new` (must match once)."
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "File to edit, relative to the working directory.",
-            },
-            "old": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": MAX_CONTENT,
-                "description": "Exact text to replace; must occur exactly once in the file.",
-            },
-            "new": {
-                "type": "string",
-                "maxLength": MAX_CONTENT,
-                "description": "Replacement text (may be empty to delete).",
-            },
+    schema = object_schema(
+        {
+            "path": string("File to edit, relative to the working directory.", min_length=1),
+            "old": string(
+                "Exact text to replace; must occur exactly once in the file.",
+                min_length=1,
+                max_length=MAX_CONTENT,
+            ),
+            "new": string("Replacement text (may be empty to delete).", max_length=MAX_CONTENT),
         },
-        "required": ["path", "old", "new"],
-        "additionalProperties": False,
-    }
+        required=["path", "old", "new"],
+    )
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
         """The path really lies inside ctx.cwd.

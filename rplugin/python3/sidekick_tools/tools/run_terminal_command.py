@@ -17,7 +17,7 @@ from ..tasks.manager import TaskSpec
 from . import _fs, _tasks, command_policy, command_table
 from ._tasks import TERMINAL
 from .base import ToolContext, ToolResult
-from .schema import validate
+from .schema import boolean, number, object_schema, string, validate
 
 TAIL_BYTES = 256 * 1024  # at most this much of each of stdout/stderr goes into a body
 
@@ -29,42 +29,31 @@ _REASONS = {
     "host restarted": "the host restarted while it ran; its outcome is unknown",
 }
 
+# The hybrid execution of a task-starting tool (this one and use_agent).
+ASYNC_SCHEMA = boolean(
+    "true: return the task id at once; false: wait for the end; "
+    "absent: wait up to {tasks.hybrid_threshold} s."
+)
+
 
 class RunTerminalCommand:
     name = "run_terminal_command"
     description = "Run a shell command in the background as a task; wait briefly for its result."
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "command": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Shell command line (run with /bin/sh -c).",
-            },
-            "purpose": {
-                "type": "string",
-                "description": "Why it runs; used as the task's label.",
-            },
-            "cwd": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Working directory, relative to the chat's; default the chat's.",
-            },
-            "timeout_seconds": {
-                "type": "number",
-                "exclusiveMinimum": 0,
-                "description": "Kill the command after this many seconds "
-                "(default {tasks.default_timeout}).",
-            },
-            "async": {
-                "type": "boolean",
-                "description": "true: return the task id at once; false: wait for the end; "
-                "absent: wait up to {tasks.hybrid_threshold} s.",
-            },
+    schema = object_schema(
+        {
+            "command": string("Shell command line (run with /bin/sh -c).", min_length=1),
+            "purpose": string("Why it runs; used as the task's label."),
+            "cwd": string(
+                "Working directory, relative to the chat's; default the chat's.", min_length=1
+            ),
+            "timeout_seconds": number(
+                "Kill the command after this many seconds (default {tasks.default_timeout}).",
+                exclusive_minimum=0,
+            ),
+            "async": ASYNC_SCHEMA,
         },
-        "required": ["command"],
-        "additionalProperties": False,
-    }
+        required=["command"],
+    )
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
         return auto_verdict(params, ctx).approved

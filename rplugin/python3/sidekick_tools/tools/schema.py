@@ -1,4 +1,9 @@
-"""A small JSON-schema subset validator for tool parameters.
+"""A small JSON-schema subset for tool parameters: builders and a validator.
+
+Every tool declares its parameters with `object_schema` and the property
+builders `string`, `number`, `boolean` and `array`; each writes its keys in one
+order (``type``, the bounds, ``description``), which is the order the model
+reads them in.
 
 Supported keywords: ``type`` (a name or a list of names: object, string,
 integer, number, boolean, array, null), ``required``, ``properties``,
@@ -22,10 +27,73 @@ from __future__ import annotations
 import difflib
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 MAX_STRING = 1 << 20  # 1 MiB, in characters
 MAX_CONTENT = 10 << 20  # what write_file / replace_in_file allow via maxLength
+
+
+def object_schema(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
+    """A tool's parameters: ``properties`` in the order given, the ``required``
+    ones, and no other key allowed."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+def string(
+    description: str | None = None,
+    *,
+    min_length: int | None = None,
+    max_length: int | None = None,
+    enum: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """A string property; ``min_length=1`` refuses the empty string, and without
+    ``max_length`` the `MAX_STRING` guard applies."""
+    options = None if enum is None else list(enum)
+    return _property(
+        "string", description, minLength=min_length, maxLength=max_length, enum=options
+    )
+
+
+def number(
+    description: str,
+    *,
+    minimum: float | None = None,
+    exclusive_minimum: float | None = None,
+) -> dict[str, Any]:
+    """A number property (an integer or a finite float)."""
+    return _property("number", description, minimum=minimum, exclusiveMinimum=exclusive_minimum)
+
+
+def boolean(description: str) -> dict[str, Any]:
+    """A boolean property."""
+    return _property("boolean", description)
+
+
+def array(
+    items: dict[str, Any],
+    description: str | None = None,
+    *,
+    min_items: int | None = None,
+    max_items: int | None = None,
+) -> dict[str, Any]:
+    """An array property whose every item fits ``items``."""
+    return _property("array", description, items=items, minItems=min_items, maxItems=max_items)
+
+
+def _property(kind: str, description: str | None, **keywords: Any) -> dict[str, Any]:
+    """``{"type": kind, <the keywords given a value>, "description": ...}``."""
+    schema: dict[str, Any] = {"type": kind}
+    schema.update((key, value) for key, value in keywords.items() if value is not None)
+    if description is not None:
+        schema["description"] = description
+    return schema
+
 
 _PLURAL = {
     "object": "objects",

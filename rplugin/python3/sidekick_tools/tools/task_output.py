@@ -35,6 +35,7 @@ from typing import Any
 from ..tasks.output import compile_filter, parse_line
 from . import _tasks
 from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
+from .schema import object_schema, string
 
 READ_BYTES = 256 * 1024  # new output taken per call
 HEAD_LINES = 40
@@ -47,20 +48,17 @@ SEPARATOR = "--- output ---"
 class TaskOutput(_tasks.TaskTool):
     name = "task_output"
     description = "Output of a task new since this chat's last read (optional regex filter)."
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
+    schema = object_schema(
+        {
             "task": _tasks.TOKEN_SCHEMA,
-            "filter": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 1000,
-                "description": "Regex: only new lines matching it (they stay unread).",
-            },
+            "filter": string(
+                "Regex: only new lines matching it (they stay unread).",
+                min_length=1,
+                max_length=1000,
+            ),
         },
-        "required": ["task"],
-        "additionalProperties": False,
-    }
+        required=["task"],
+    )
 
     def check(self, params: dict[str, Any]) -> ToolResult | None:
         pattern = params.get("filter")

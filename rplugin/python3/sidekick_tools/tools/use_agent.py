@@ -24,7 +24,7 @@ from typing import Any
 from . import _fs, _tasks
 from . import run_terminal_command as rtc
 from .base import ToolContext, ToolResult
-from .schema import validate
+from .schema import number, object_schema, string, validate
 
 PLACEHOLDER = "{message}"
 LABEL_CHARS = 80
@@ -35,35 +35,22 @@ _SETUP_HINT = 'setup({ agents = { name = { cmd = { "my-agent", "-p", "--", "{mes
 class UseAgent:
     name = "use_agent"
     description = "Delegate a task to a configured agent CLI; answers with the agent's summary."
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "agent": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 200,
-                "description": "Name of a configured agent (setup({ agents = {...} })).",
-            },
-            "message": {
-                "type": "string",
-                "minLength": 1,
-                "description": "What the agent should do; passed as one argument.",
-            },
-            "async": {
-                "type": "boolean",
-                "description": "true: return the task id at once; false: wait for the end; "
-                "absent: wait up to {tasks.hybrid_threshold} s.",
-            },
-            "timeout_seconds": {
-                "type": "number",
-                "exclusiveMinimum": 0,
-                "description": "Kill the agent after this many seconds "
-                "(default {tasks.default_timeout}).",
-            },
+    schema = object_schema(
+        {
+            "agent": string(
+                "Name of a configured agent (setup({ agents = {...} })).",
+                min_length=1,
+                max_length=200,
+            ),
+            "message": string("What the agent should do; passed as one argument.", min_length=1),
+            "async": rtc.ASYNC_SCHEMA,
+            "timeout_seconds": number(
+                "Kill the agent after this many seconds (default {tasks.default_timeout}).",
+                exclusive_minimum=0,
+            ),
         },
-        "required": ["agent", "message"],
-        "additionalProperties": False,
-    }
+        required=["agent", "message"],
+    )
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
         name = params.get("agent")

@@ -7,29 +7,19 @@ from typing import Any
 
 from . import _fs
 from .base import ToolContext, ToolResult
-from .schema import MAX_CONTENT, validate
+from .schema import MAX_CONTENT, object_schema, string, validate
 
 
 class WriteFile:
     name = "write_file"
     description = "Create or overwrite a file with the given content (parent directories created)."
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "File to write, relative to the working directory.",
-            },
-            "content": {
-                "type": "string",
-                "maxLength": MAX_CONTENT,
-                "description": "The complete new content of the file.",
-            },
+    schema = object_schema(
+        {
+            "path": string("File to write, relative to the working directory.", min_length=1),
+            "content": string("The complete new content of the file.", max_length=MAX_CONTENT),
         },
-        "required": ["path", "content"],
-        "additionalProperties": False,
-    }
+        required=["path", "content"],
+    )
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
         """The path really lies inside ctx.cwd.
