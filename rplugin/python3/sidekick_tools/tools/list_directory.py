@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
 from . import _fs
-from .base import ToolContext, ToolResult
-from .schema import object_schema, string, validate
+from .base import ToolResult
+from .path_tool import PathTool
+from .schema import object_schema, string
 
 MAX_ENTRIES = 1000
 
 
-class ListDirectory:
+class ListDirectory(PathTool):
     name = "list_directory"
     description = "List a directory: directories end in /, symlinks show -> target."
     schema = object_schema(
@@ -21,16 +21,8 @@ class ListDirectory:
         required=["path"],
     )
 
-    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
-        """True when the directory really lies inside ctx.cwd (symlinks and .. resolved)."""
-        path = params.get("path")
-        return isinstance(path, str) and _fs.is_inside(path, ctx.cwd)
-
-    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        err = validate(self.schema, params)
-        if err:
-            return ToolResult.fail(err)
-        return await asyncio.to_thread(list_entries, params["path"], ctx.cwd)
+    def work(self, params: dict[str, Any], cwd: str) -> ToolResult:
+        return list_entries(params["path"], cwd)
 
 
 def list_entries(shown: str, cwd: str, limit: int = MAX_ENTRIES) -> ToolResult:

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from . import _fs
-from .base import ToolContext, ToolResult
-from .schema import MAX_CONTENT, object_schema, string, validate
+from .base import ToolResult
+from .path_tool import PathTool
+from .schema import MAX_CONTENT, object_schema, string
 
 MAX_FILE_BYTES = 64 << 20  # refuse to edit files bigger than this in memory
 SHOW_LINES = 40  # lines of the replaced region echoed back
 
 
-class ReplaceInFile:
+class ReplaceInFile(PathTool):
     name = "replace_in_file"
     description = "Replace the one occurrence of `old` in a file with `new` (must match once)."
     schema = object_schema(
@@ -29,22 +29,8 @@ class ReplaceInFile:
         required=["path", "old", "new"],
     )
 
-    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
-        """The path really lies inside ctx.cwd.
-
-        Only the tool's own condition: `policy.decide` also requires
-        "replace_in_file" in config.auto_accept.tools (not there by default).
-        """
-        path = params.get("path")
-        return isinstance(path, str) and _fs.is_inside(path, ctx.cwd)
-
-    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        err = validate(self.schema, params)
-        if err:
-            return ToolResult.fail(err)
-        return await asyncio.to_thread(
-            replace, params["path"], params["old"], params["new"], ctx.cwd
-        )
+    def work(self, params: dict[str, Any], cwd: str) -> ToolResult:
+        return replace(params["path"], params["old"], params["new"], cwd)
 
 
 def replace(shown: str, old: str, new: str, cwd: str) -> ToolResult:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from . import _fs
-from .base import ToolContext, ToolResult
-from .schema import MAX_CONTENT, object_schema, string, validate
+from .base import ToolResult
+from .path_tool import PathTool
+from .schema import MAX_CONTENT, object_schema, string
 
 
-class WriteFile:
+class WriteFile(PathTool):
     name = "write_file"
     description = "Create or overwrite a file with the given content (parent directories created)."
     schema = object_schema(
@@ -21,21 +21,8 @@ class WriteFile:
         required=["path", "content"],
     )
 
-    def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
-        """The path really lies inside ctx.cwd.
-
-        This is only the tool's own condition: `policy.decide` additionally
-        requires "write_file" in config.auto_accept.tools, which it is not by
-        default, so writes are never auto-accepted unless the user opts in.
-        """
-        path = params.get("path")
-        return isinstance(path, str) and _fs.is_inside(path, ctx.cwd)
-
-    async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        err = validate(self.schema, params)
-        if err:
-            return ToolResult.fail(err)
-        return await asyncio.to_thread(write, params["path"], params["content"], ctx.cwd)
+    def work(self, params: dict[str, Any], cwd: str) -> ToolResult:
+        return write(params["path"], params["content"], cwd)
 
 
 def write(shown: str, content: str, cwd: str) -> ToolResult:
