@@ -22,7 +22,6 @@ from ..chat.blocks import (
 )
 from ..chat.conversation import ChatDocument, read_chat
 from ..chat.parser import Chat
-from ..memo import IdentityMemo
 from ..secrets_mask import mask, mask_value
 from .errors import ChatNotReady
 from .providers import HttpRequest, ProviderKind, get_kind
@@ -43,10 +42,7 @@ class ChatRequest:
 # Each send masks the whole chat again, and all but its end is what was masked
 # last time: the chat's turns are the same objects from one read to the next and
 # keep their masked form (itself a turn, which keeps the provider's encoding of
-# it). A new turn at the end is mostly blocks masked before (the results that
-# open a user turn): those are found again by their identity.
-MASK_MEMO_SIZE = 50_000  # blocks remembered; past it the memo starts again
-_MASKED_BLOCKS: IdentityMemo[Any] = IdentityMemo(MASK_MEMO_SIZE)
+# it), so only a turn new since the last send is masked.
 
 
 def _mask_block(block: Any) -> Any:
@@ -62,7 +58,7 @@ def _mask_block(block: Any) -> Any:
 def _masked_turn(turn: Turn) -> Turn:
     masked = turn.memo.get("masked")
     if masked is None:
-        blocks = [_MASKED_BLOCKS.get((b,), _mask_block, b) for b in turn.blocks]
+        blocks = [_mask_block(b) for b in turn.blocks]
         masked = turn.memo["masked"] = Turn(turn.role, blocks)
     return masked
 
