@@ -446,3 +446,39 @@ def test_the_window_follows_the_reply_from_the_message_sent(editor, fake, kind):
     send(editor)
     editor.wait_text("Again.")
     assert tuple(editor.nvim.current.window.cursor) == (1, 0)
+
+
+def test_a_send_after_edits_anywhere_sends_the_chat_as_it_now_reads(editor, fake, kind):
+    """Each send re-reads only what changed since the last (the host keeps the
+    rest): edits in an earlier message, a call's result and the last message
+    all reach the next request, whose body is that of the chat read afresh."""
+    from sidekick_tools.llm import build_request
+
+    fake.push(
+        reply("Looking.", tool_call("list_directory", {"path": "."}, id="call_ls")),
+        reply("One file."),
+        reply("Noted."),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: first question\n")
+    send(editor)
+    editor.wait_text("One file.")
+    wait_replies(editor, 2)
+    # the user rewrites their first message and the call's result, then asks more
+    editor.lua("vim.api.nvim_buf_set_lines(0, 0, 1, false, {'USER: first question, edited'})")
+    lines = editor.lines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("```result id=call_ls"))
+    editor.lua("vim.api.nvim_buf_set_lines(0, ..., ... + 1, false, {'an edited listing'})", row + 1)
+    editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: and now?'})")
+    send(editor)
+    editor.wait_text("Noted.")
+    sent = fake.requests[2]
+    body = json.dumps(sent.json)
+    assert "first question, edited" in body and "an edited listing" in body
+    assert "and now?" in body
+    # what went out is what the chat, read from nothing, makes
+    lines = editor.lines()
+    before_reply = lines[: lines.index("ASSISTANT: Noted.")]
+    chat_cfg = {"model": "fake/test-model", "providers": {"fake": {"kind": kind}}}
+    fresh = build_request(before_reply, chat_cfg, [])
+    assert sent.json["messages"] == json.loads(fresh.http.body)["messages"]
