@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from .. import tools
@@ -26,15 +27,13 @@ def denied(reason: str, by: str = "policy") -> ToolResult:
     return ToolResult(status="denied", body=reason, fields={"reason": by})
 
 
+@dataclass(eq=False)
 class CallExecutor:
-    def __init__(
-        self, port: Any, registry: CallRegistry, tasks: Any, config: Config, marks: CallMarks
-    ) -> None:
-        self.port = port
-        self.registry = registry
-        self.tasks = tasks
-        self.config = config
-        self.marks = marks
+    port: Any
+    registry: CallRegistry
+    tasks: Any
+    config: Config
+    marks: CallMarks
 
     async def run(
         self,
