@@ -138,29 +138,39 @@ class TextEntry:
         return lines
 
 
-class ThinkingEntry:
-    kind = "thinking"
+class _Pieces:
+    """A block whose text streams in pieces, joined when read (once per read
+    after new pieces came, not once per piece)."""
+
+    empty = False
 
     def __init__(self) -> None:
         self._pieces: list[str] = []
-        self.signature = ""
         self.ended = False
 
     @property
-    def empty(self) -> bool:
-        return False
-
-    @property
-    def text(self) -> str:
+    def joined(self) -> str:
         if len(self._pieces) > 1:
             self._pieces = ["".join(self._pieces)]
         return self._pieces[0] if self._pieces else ""
 
-    def add(self, text: str) -> None:
-        self._pieces.append(text)
+    def add(self, piece: str) -> None:
+        self._pieces.append(piece)
 
     def end(self) -> None:
         self.ended = True
+
+
+class ThinkingEntry(_Pieces):
+    kind = "thinking"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signature = ""
+
+    @property
+    def text(self) -> str:
+        return self.joined
 
     def render(self) -> list[str]:
         text = self.text
@@ -186,30 +196,19 @@ class RedactedEntry:
         return [f"```thinking redacted={info_token(self.data)}", "```"]
 
 
-class ToolEntry:
+class ToolEntry(_Pieces):
     kind = "tool_use"
 
     def __init__(self, index: int, call_id: str, name: str) -> None:
+        super().__init__()
         self.index = index
         self.call_id = info_token(call_id) or new_call_id(set())
         self.name = info_token(name) or UNNAMED_TOOL
-        self._pieces: list[str] = []
-        self.ended = False
         self.dropped = False
-
-    empty = False
 
     @property
     def raw(self) -> str:
-        if len(self._pieces) > 1:
-            self._pieces = ["".join(self._pieces)]
-        return self._pieces[0] if self._pieces else ""
-
-    def add(self, fragment: str) -> None:
-        self._pieces.append(fragment)
-
-    def end(self) -> None:
-        self.ended = True
+        return self.joined
 
     def input(self) -> dict[str, Any]:
         """The call's input; ``{}`` when what streamed is not a JSON object (the chat
