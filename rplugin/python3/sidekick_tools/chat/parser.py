@@ -28,7 +28,7 @@ from .call_body import read_params
 ROLES = ("SYSTEM", "USER", "ASSISTANT")
 
 _ROLE_BY_INITIAL = {role[0]: role for role in ROLES}
-_MARKERS = tuple(f"{role}:" for role in ROLES)
+MARKERS = tuple(f"{role}:" for role in ROLES)  # what starts a message, at column 0
 _FENCE = "```"
 # A line (preceded by its "\n") that may open or close a fence or start a message.
 _EVENT = re.compile(r"\n(?:```|SYSTEM:|USER:|ASSISTANT:)")
@@ -80,7 +80,7 @@ class Message:
     #: Views of this message computed once (:func:`~.conversation.read_chat`'s blocks).
     #: A message object never changes: :func:`reparse` keeps the ones before an edit
     #: and makes new ones from there on.
-    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass
@@ -243,7 +243,7 @@ def reparse(lines: list[str], previous: Chat, first_changed: int) -> Chat:
     if (
         k + 1 < len(kept)
         and starts[k + 1] == first_changed < len(lines)
-        and lines[first_changed].startswith(_MARKERS)
+        and lines[first_changed].startswith(MARKERS)
     ):
         k += 1  # the edited line is still a marker: the message before it ends as before
     if k < 0:  # the edit is before the first message

@@ -13,9 +13,9 @@ import re
 from typing import Any, Union
 
 from .call_body import MAX_JSON_DEPTH, json_depth
+from .parser import MARKERS
 from .render import fence_for, new_call_id
 
-_ROLE_MARKERS = ("SYSTEM:", "USER:", "ASSISTANT:")
 _UNSAFE_TOKEN = re.compile(r"[\s`]+")
 UNNAMED_TOOL = "unnamed_tool"
 
@@ -59,7 +59,7 @@ def shape_line(line: str, fence: int) -> tuple[str, int]:
         if info.split()[:1] == ["sidekick"]:  # only the plugin writes its notes
             return " " + line, 0
         return line, (0 if "`" in info else len(line) - len(info))
-    if line.startswith(_ROLE_MARKERS):
+    if line.startswith(MARKERS):
         return " " + line, 0
     return line, 0
 
