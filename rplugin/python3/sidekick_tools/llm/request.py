@@ -39,12 +39,6 @@ class ChatRequest:
     kind: ProviderKind = field(repr=False)
 
 
-# Each send masks the whole chat again, and all but its end is what was masked
-# last time: the chat's turns are the same objects from one read to the next and
-# keep their masked form (itself a turn, which keeps the provider's encoding of
-# it), so only a turn new since the last send is masked.
-
-
 def _mask_block(block: Any) -> Any:
     if isinstance(block, Text):
         return Text(mask(block.text))
@@ -56,6 +50,9 @@ def _mask_block(block: Any) -> Any:
 
 
 def _masked_turn(turn: Turn) -> Turn:
+    """``turn`` masked, made once: a chat's turns are the same objects from one
+    read to the next, so only a turn new since the last send is masked (and the
+    masked turn keeps each provider's encoding of it)."""
     masked = turn.memo.get("masked")
     if masked is None:
         blocks = [_mask_block(b) for b in turn.blocks]
