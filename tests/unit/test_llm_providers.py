@@ -4,8 +4,10 @@ events decoded into neutral deltas (shapes as in the providers' recorded streams
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import sidekick_tools.llm.providers
 from sidekick_tools.chat.blocks import (
     BlockEnd,
     Conversation,
@@ -29,7 +31,7 @@ from sidekick_tools.chat.blocks import (
 )
 from sidekick_tools.chat.reply import ReplyBuilder
 from sidekick_tools.llm.errors import ConfigError, ProviderError, StreamError
-from sidekick_tools.llm.providers import get_kind
+from sidekick_tools.llm.providers import RequestParts, get_kind
 from sidekick_tools.llm.providers.anthropic import PROVIDER as ANTHROPIC
 from sidekick_tools.llm.providers.openai import PROVIDER as OPENAI
 from sidekick_tools.llm.settings import ChatConfig, RequestOptions
@@ -78,8 +80,16 @@ CONVERSATION = Conversation(
 
 def body(provider, conversation=CONVERSATION, options=None, tools=TOOLS, name="anthropic"):
     options = options or RequestOptions(model="m-1", max_tokens=100)
-    request = provider.build(conversation, options, tools, CONFIG.providers[name])
+    request = provider.build(RequestParts(conversation, options, tools, CONFIG.providers[name]))
     return request, json.loads(request.body)
+
+
+def test_every_module_of_the_providers_folder_is_a_kind():
+    """The health check lists the folder's modules as the kinds there are."""
+    folder = Path(sidekick_tools.llm.providers.__file__).parent
+    names = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    assert names == ["anthropic", "openai"]
+    assert [get_kind(name).name for name in names] == names
 
 
 def test_anthropic_request():

@@ -24,7 +24,7 @@ from ..chat.conversation import ChatDocument, read_chat
 from ..chat.parser import Chat
 from ..secrets_mask import mask, mask_value
 from .errors import ChatNotReady
-from .providers import HttpRequest, ProviderKind, get_kind
+from .providers import HttpRequest, ProviderKind, RequestParts, get_kind
 from .settings import ChatConfig, ProviderConfig, RequestOptions, request_options
 
 
@@ -81,7 +81,8 @@ def encode_request(
 ) -> HttpRequest:
     """The request for a conversation already in neutral form (masked here)."""
     kind = get_kind(provider.kind)
-    return kind.build(mask_conversation(conversation), options, tool_specs(tools), provider)
+    masked = mask_conversation(conversation)
+    return kind.build(RequestParts(masked, options, tool_specs(tools), provider))
 
 
 def check_sendable(document: ChatDocument) -> None:
@@ -125,5 +126,5 @@ def build_request(
     if conversation.system is None and settings.system:
         conversation = Conversation(settings.system, conversation.turns)
     conversation = mask_conversation(conversation)
-    http = kind.build(conversation, options, tool_specs(tools), provider)
+    http = kind.build(RequestParts(conversation, options, tool_specs(tools), provider))
     return ChatRequest(model_spec, provider, options, http, conversation, document, kind)

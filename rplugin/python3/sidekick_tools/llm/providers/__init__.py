@@ -4,19 +4,21 @@ A kind is a module here exporting ``PROVIDER``, an object with the interface of
 :class:`ProviderKind`; a config's ``kind = "NAME"`` loads ``providers/NAME.py``.
 Adding a kind is adding one module: build the request from the neutral
 conversation, decode stream events into neutral deltas, read error bodies.
+The JSON they share (request bodies in pieces, events, error bodies) is in
+llm/wire.py: this folder holds kinds only (:func:`get_kind` and the health check
+list its modules as the kinds there are).
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ...chat.blocks import Conversation, Delta, ToolSpec
-from ..errors import ConfigError, StreamError
+from ..errors import ConfigError
 from ..settings import ProviderConfig, RequestOptions
 from ..sse import SSEEvent
 
@@ -30,6 +32,17 @@ class HttpRequest:
     url: str
     headers: dict[str, str] = field(repr=False)
     body: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class RequestParts:
+    """What a request is made of, in neutral form: the conversation (masked), the
+    options, the tools the model may call, the provider's endpoint and headers."""
+
+    conversation: Conversation
+    options: RequestOptions
+    tools: Sequence[ToolSpec]
+    provider: ProviderConfig
 
 
 class StreamDecoder(Protocol):
@@ -55,14 +68,8 @@ class StreamDecoder(Protocol):
 class ProviderKind(Protocol):
     name: str
 
-    def build(
-        self,
-        conversation: Conversation,
-        options: RequestOptions,
-        tools: Sequence[ToolSpec],
-        provider: ProviderConfig,
-    ) -> HttpRequest:
-        """The request for ``conversation``; the same input gives the same bytes."""
+    def build(self, parts: RequestParts) -> HttpRequest:
+        """The request ``parts`` make; the same parts give the same bytes."""
         ...
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]: ...
@@ -91,65 +98,3 @@ def get_kind(kind: str) -> ProviderKind:
         f'Unknown provider kind "{kind}": use "anthropic" (Messages API) or "openai" '
         f"(Chat Completions: OpenAI, Ollama, llama.cpp, vLLM, LM Studio, OpenRouter...)"
     )
-
-
-@dataclass(frozen=True)
-class RawJSON:
-    """A value of a request body already encoded, in pieces to join (a long chat's
-    messages: each turn's bytes, made once, joined once into the body)."""
-
-    pieces: list[bytes]
-
-
-def json_bytes(value: Any) -> bytes:
-    """``value`` as compact JSON, key order as built, not ASCII-escaped, in UTF-8
-    (text that cannot be encoded, like a lone surrogate from a damaged buffer,
-    becomes "?")."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return text.encode("utf-8", "replace")
-
-
-def json_array(items: Sequence[bytes]) -> list[bytes]:
-    """The pieces of the JSON array of ``items``, values already encoded."""
-    pieces = [b"["]
-    for item in items:
-        pieces += (item, b",")
-    pieces[-1:] = [b"]"] if items else [b"[", b"]"]
-    return pieces
-
-
-def encode_json(body: dict[str, Any]) -> bytes:
-    """Request body bytes, as :func:`json_bytes` makes them; a :class:`RawJSON`
-    value goes in as it is, so the bytes are those of the body with that value
-    decoded in its place."""
-    pieces = [b"{"]
-    for key, value in body.items():
-        pieces += (json_bytes(key), b":")
-        if isinstance(value, RawJSON):
-            pieces += value.pieces
-        else:
-            pieces.append(json_bytes(value))
-        pieces.append(b",")
-    pieces[-1:] = [b"}"] if body else [b"{", b"}"]
-    return b"".join(pieces)
-
-
-def parse_event_json(event: SSEEvent) -> Any:
-    """An event's data as JSON, or a StreamError naming the event."""
-    try:
-        return json.loads(event.data)
-    except ValueError:
-        snippet = event.data[:120]
-        raise StreamError(
-            f'The provider sent an event that is not JSON ("{event.event}": {snippet!r})',
-            kind="malformed",
-        ) from None
-
-
-def json_error_body(body: bytes) -> dict[str, Any] | None:
-    """An error response body as a JSON object, if it is one."""
-    try:
-        value = json.loads(body.decode("utf-8", "replace"))
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None

@@ -16,67 +16,30 @@ skipped, as Anthropic's versioning policy asks of clients.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from ...chat.blocks import (
-    ASSISTANT,
-    STOP_END,
-    STOP_MAX_TOKENS,
-    STOP_OTHER,
-    STOP_REFUSAL,
-    STOP_TOOL_USE,
-    USER,
-    BlockEnd,
-    Conversation,
-    Delta,
-    RedactedThinking,
-    RedactedThinkingDelta,
-    SignatureDelta,
-    Stop,
-    Text,
-    TextDelta,
-    Thinking,
-    ThinkingDelta,
-    ToolCallArgs,
-    ToolCallEnd,
-    ToolCallStart,
-    ToolResultBlock,
-    ToolSpec,
-    ToolUse,
-    Turn,
-    Usage,
-    UsageDelta,
-)
+from ...chat import blocks
 from ...chat.reply_entries import tool_json
+from .. import wire
 from ..errors import ProviderError
-from ..settings import ProviderConfig, RequestOptions
 from ..sse import SSEEvent
-from . import (
-    HttpRequest,
-    RawJSON,
-    encode_json,
-    json_array,
-    json_bytes,
-    json_error_body,
-    parse_event_json,
-)
+from . import HttpRequest, RequestParts
 
 API_VERSION = "2023-06-01"
 _EPHEMERAL = {"type": "ephemeral"}
 _STOPS = {
-    "end_turn": STOP_END,
-    "stop_sequence": STOP_END,
-    "tool_use": STOP_TOOL_USE,
-    "max_tokens": STOP_MAX_TOKENS,
-    "refusal": STOP_REFUSAL,
+    "end_turn": blocks.STOP_END,
+    "stop_sequence": blocks.STOP_END,
+    "tool_use": blocks.STOP_TOOL_USE,
+    "max_tokens": blocks.STOP_MAX_TOKENS,
+    "refusal": blocks.STOP_REFUSAL,
 }
 
 
 def _block(block: Any) -> dict[str, Any] | None:
-    if isinstance(block, Text):
+    if isinstance(block, blocks.Text):
         return {"type": "text", "text": block.text}
-    if isinstance(block, ToolResultBlock):
+    if isinstance(block, blocks.ToolResultBlock):
         out: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": block.call_id,
@@ -85,38 +48,38 @@ def _block(block: Any) -> dict[str, Any] | None:
         if block.is_error:
             out["is_error"] = True
         return out
-    if isinstance(block, ToolUse):
+    if isinstance(block, blocks.ToolUse):
         return {"type": "tool_use", "id": block.call_id, "name": block.name, "input": block.input}
-    if isinstance(block, Thinking):
+    if isinstance(block, blocks.Thinking):
         if not block.signature:
             return None
         return {"type": "thinking", "thinking": block.text, "signature": block.signature}
-    if isinstance(block, RedactedThinking):
+    if isinstance(block, blocks.RedactedThinking):
         return {"type": "redacted_thinking", "data": block.data}
     raise TypeError(f"not a content block: {block!r}")
 
 
-_BREAKPOINT = b',"cache_control":' + json_bytes(_EPHEMERAL) + b"}"
-_ROLES = {ASSISTANT: "assistant", USER: "user"}
+_BREAKPOINT = b',"cache_control":' + wire.json_bytes(_EPHEMERAL) + b"}"
+_ROLES = {blocks.ASSISTANT: "assistant", blocks.USER: "user"}
 
 
 def _message(role: str, content: list[bytes]) -> bytes:
     head = b'{"role":"' + role.encode() + b'","content":'
-    return b"".join([head, *json_array(content), b"}"])
+    return b"".join([head, *wire.json_array(content), b"}"])
 
 
-def _encoded(turn: Turn) -> tuple[str, bytes, list[bytes]]:
+def _encoded(turn: blocks.Turn) -> tuple[str, bytes, list[bytes]]:
     """The turn as (role, its message's JSON, its content blocks' JSON), made once
     per turn; no content: the turn drops out (thinking without a signature)."""
     done = turn.memo.get("anthropic")
     if done is None:
         role = _ROLES[turn.role]
-        content = [json_bytes(b) for b in map(_block, turn.blocks) if b is not None]
+        content = [wire.json_bytes(b) for b in map(_block, turn.blocks) if b is not None]
         done = turn.memo["anthropic"] = (role, _message(role, content), content)
     return done
 
 
-def messages_json(conversation: Conversation) -> list[bytes]:
+def messages_json(conversation: blocks.Conversation) -> list[bytes]:
     """The pieces of the ``messages`` array: turns whose blocks all drop out are
     left out, and the turns around them merged, so roles still alternate. The last
     block of the last user message carries the prompt-caching breakpoint."""
@@ -135,19 +98,15 @@ def messages_json(conversation: Conversation) -> list[bytes]:
             *head, last = message[2]
             message[1:] = [None, [*head, last[:-1] + _BREAKPOINT]]
             break
-    return json_array([whole or _message(role, content) for role, whole, content in messages])
+    return wire.json_array([whole or _message(role, content) for role, whole, content in messages])
 
 
 class AnthropicProvider:
     name = "anthropic"
 
-    def build(
-        self,
-        conversation: Conversation,
-        options: RequestOptions,
-        tools: Sequence[ToolSpec],
-        provider: ProviderConfig,
-    ) -> HttpRequest:
+    def build(self, parts: RequestParts) -> HttpRequest:
+        conversation, options, tools = parts.conversation, parts.options, parts.tools
+        provider = parts.provider
         body: dict[str, Any] = {"model": options.model, "max_tokens": options.max_tokens}
         if conversation.system:
             body["system"] = [
@@ -160,7 +119,7 @@ class AnthropicProvider:
             ]
             specs[-1]["cache_control"] = _EPHEMERAL
             body["tools"] = specs
-        body["messages"] = RawJSON(messages_json(conversation))
+        body["messages"] = wire.RawJSON(messages_json(conversation))
         if options.thinking == "adaptive":
             body["thinking"] = {"type": "adaptive"}
         elif options.thinking:
@@ -174,7 +133,7 @@ class AnthropicProvider:
             "anthropic-version": API_VERSION,
             **provider.headers,
         }
-        return HttpRequest(f"{provider.base_url}/v1/messages", headers, encode_json(body))
+        return HttpRequest(f"{provider.base_url}/v1/messages", headers, wire.encode_json(body))
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"x-api-key": api_key} if api_key else {}
@@ -183,21 +142,21 @@ class AnthropicProvider:
         return AnthropicDecoder()
 
     def error_of(self, status: int, body: bytes) -> tuple[str, str]:
-        value = json_error_body(body)
+        value = wire.json_error_body(body)
         error = value.get("error") if value else None
         if isinstance(error, dict):
             return str(error.get("type") or ""), str(error.get("message") or "")
         return "", ""
 
 
-def _usage(raw: Any) -> Usage:
+def _usage(raw: Any) -> blocks.Usage:
     raw = raw if isinstance(raw, dict) else {}
 
     def count(key: str) -> int | None:
         value = raw.get(key)
         return value if isinstance(value, int) else None
 
-    return Usage(
+    return blocks.Usage(
         input_tokens=count("input_tokens"),
         output_tokens=count("output_tokens"),
         cache_read_tokens=count("cache_read_input_tokens"),
@@ -210,11 +169,11 @@ class AnthropicDecoder:
         self.done = False
         self._kinds: dict[int, str] = {}  # content block index -> its type
 
-    def decode(self, event: SSEEvent) -> list[Delta]:
+    def decode(self, event: SSEEvent) -> list[blocks.Delta]:
         name = event.event
         if name == "ping":
             return []
-        data = parse_event_json(event)
+        data = wire.parse_event_json(event)
         if not isinstance(data, dict):
             return []
         kind = data.get("type") or name
@@ -225,7 +184,7 @@ class AnthropicDecoder:
             raise ProviderError(f"{message} ({error_type})", error_type=error_type)
         if kind == "message_start":
             message = data.get("message") if isinstance(data.get("message"), dict) else {}
-            return [UsageDelta(_usage(message.get("usage")))]
+            return [blocks.UsageDelta(_usage(message.get("usage")))]
         if kind == "content_block_start":
             return self._start(data)
         if kind == "content_block_delta":
@@ -234,16 +193,16 @@ class AnthropicDecoder:
             index = data.get("index")
             block_kind = self._kinds.pop(index, None) if isinstance(index, int) else None
             if block_kind == "tool_use":
-                return [ToolCallEnd(index)]
+                return [blocks.ToolCallEnd(index)]
             if block_kind in ("text", "thinking"):
-                return [BlockEnd()]
+                return [blocks.BlockEnd()]
             return []
         if kind == "message_delta":
-            out: list[Delta] = [UsageDelta(_usage(data.get("usage")))]
+            out: list[blocks.Delta] = [blocks.UsageDelta(_usage(data.get("usage")))]
             delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
             raw = delta.get("stop_reason")
             if isinstance(raw, str):
-                out.append(Stop(_STOPS.get(raw, STOP_OTHER), raw))
+                out.append(blocks.Stop(_STOPS.get(raw, blocks.STOP_OTHER), raw))
             return out
         if kind == "message_stop":
             self.done = True
@@ -253,7 +212,7 @@ class AnthropicDecoder:
     def complete(self) -> bool:
         return self.done
 
-    def _start(self, data: dict[str, Any]) -> list[Delta]:
+    def _start(self, data: dict[str, Any]) -> list[blocks.Delta]:
         index = data.get("index")
         block = data.get("content_block")
         if not isinstance(index, int) or not isinstance(block, dict):
@@ -262,37 +221,43 @@ class AnthropicDecoder:
         self._kinds[index] = str(kind)
         if kind == "text":
             text = block.get("text")
-            return [TextDelta(text)] if isinstance(text, str) and text else []
+            return [blocks.TextDelta(text)] if isinstance(text, str) and text else []
         if kind == "thinking":
             text = block.get("thinking")
-            return [ThinkingDelta(text)] if isinstance(text, str) and text else []
+            return [blocks.ThinkingDelta(text)] if isinstance(text, str) and text else []
         if kind == "redacted_thinking":
-            return [RedactedThinkingDelta(str(block.get("data") or ""))]
+            return [blocks.RedactedThinkingDelta(str(block.get("data") or ""))]
         if kind == "tool_use":
-            out: list[Delta] = [
-                ToolCallStart(index, str(block.get("id") or ""), str(block.get("name") or ""))
+            out: list[blocks.Delta] = [
+                blocks.ToolCallStart(
+                    index, str(block.get("id") or ""), str(block.get("name") or "")
+                )
             ]
             given = block.get("input")
             if isinstance(given, dict) and given:  # input sent whole, not as deltas
-                out.append(ToolCallArgs(index, tool_json(given)))
+                out.append(blocks.ToolCallArgs(index, tool_json(given)))
             return out
         return []
 
-    def _delta(self, data: dict[str, Any]) -> list[Delta]:
+    def _delta(self, data: dict[str, Any]) -> list[blocks.Delta]:
         index = data.get("index")
         delta = data.get("delta")
         if not isinstance(delta, dict):
             return []
         kind = delta.get("type")
         if kind == "text_delta":
-            return [TextDelta(str(delta.get("text") or ""))]
+            return [blocks.TextDelta(str(delta.get("text") or ""))]
         if kind == "thinking_delta":
-            return [ThinkingDelta(str(delta.get("thinking") or ""))]
+            return [blocks.ThinkingDelta(str(delta.get("thinking") or ""))]
         if kind == "signature_delta":
-            return [SignatureDelta(str(delta.get("signature") or ""))]
+            return [blocks.SignatureDelta(str(delta.get("signature") or ""))]
         if kind == "input_json_delta" and isinstance(index, int):
             fragment = delta.get("partial_json")
-            return [ToolCallArgs(index, fragment)] if isinstance(fragment, str) and fragment else []
+            return (
+                [blocks.ToolCallArgs(index, fragment)]
+                if isinstance(fragment, str) and fragment
+                else []
+            )
         return []
 
 

@@ -19,60 +19,29 @@ stream is the provider's error.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from ...chat.blocks import (
-    ASSISTANT,
-    STOP_END,
-    STOP_MAX_TOKENS,
-    STOP_OTHER,
-    STOP_REFUSAL,
-    STOP_TOOL_USE,
-    BlockEnd,
-    Conversation,
-    Delta,
-    Stop,
-    Text,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallArgs,
-    ToolCallEnd,
-    ToolCallStart,
-    ToolResultBlock,
-    ToolSpec,
-    ToolUse,
-    Turn,
-    Usage,
-    UsageDelta,
-)
+from ...chat import blocks
 from ...chat.render import new_call_id
 from ...chat.reply_entries import tool_json
+from .. import wire
 from ..errors import ProviderError
-from ..settings import DEFAULT_BASE_URLS, ProviderConfig, RequestOptions
+from ..settings import DEFAULT_BASE_URLS
 from ..sse import SSEEvent
-from . import (
-    HttpRequest,
-    RawJSON,
-    encode_json,
-    json_array,
-    json_bytes,
-    json_error_body,
-    parse_event_json,
-)
+from . import HttpRequest, RequestParts
 
 _STOPS = {
-    "stop": STOP_END,
-    "tool_calls": STOP_TOOL_USE,
-    "function_call": STOP_TOOL_USE,
-    "length": STOP_MAX_TOKENS,
-    "content_filter": STOP_REFUSAL,
+    "stop": blocks.STOP_END,
+    "tool_calls": blocks.STOP_TOOL_USE,
+    "function_call": blocks.STOP_TOOL_USE,
+    "length": blocks.STOP_MAX_TOKENS,
+    "content_filter": blocks.STOP_REFUSAL,
 }
 
 
-def _turn_messages(turn: Turn) -> list[dict[str, Any]]:
-    texts = [b.text for b in turn.blocks if isinstance(b, Text)]
-    if turn.role == ASSISTANT:
+def _turn_messages(turn: blocks.Turn) -> list[dict[str, Any]]:
+    texts = [b.text for b in turn.blocks if isinstance(b, blocks.Text)]
+    if turn.role == blocks.ASSISTANT:
         calls = [
             {
                 "id": b.call_id,
@@ -80,7 +49,7 @@ def _turn_messages(turn: Turn) -> list[dict[str, Any]]:
                 "function": {"name": b.name, "arguments": tool_json(b.input)},
             }
             for b in turn.blocks
-            if isinstance(b, ToolUse)
+            if isinstance(b, blocks.ToolUse)
         ]
         if not texts and not calls:
             return []  # thinking only
@@ -91,41 +60,37 @@ def _turn_messages(turn: Turn) -> list[dict[str, Any]]:
     messages = [
         {"role": "tool", "tool_call_id": b.call_id, "content": b.content}
         for b in turn.blocks
-        if isinstance(b, ToolResultBlock)
+        if isinstance(b, blocks.ToolResultBlock)
     ]
     if texts:
         messages.append({"role": "user", "content": "\n\n".join(texts)})
     return messages
 
 
-def _encoded(turn: Turn) -> list[bytes]:
+def _encoded(turn: blocks.Turn) -> list[bytes]:
     """The turn's messages as JSON, made once per turn."""
     done = turn.memo.get("openai")
     if done is None:
-        done = turn.memo["openai"] = [json_bytes(m) for m in _turn_messages(turn)]
+        done = turn.memo["openai"] = [wire.json_bytes(m) for m in _turn_messages(turn)]
     return done
 
 
-def messages_json(conversation: Conversation) -> list[bytes]:
+def messages_json(conversation: blocks.Conversation) -> list[bytes]:
     """The pieces of the ``messages`` array: the system text, then each turn's messages."""
     messages: list[bytes] = []
     if conversation.system:
-        messages.append(json_bytes({"role": "system", "content": conversation.system}))
+        messages.append(wire.json_bytes({"role": "system", "content": conversation.system}))
     for turn in conversation.turns:
         messages += _encoded(turn)
-    return json_array(messages)
+    return wire.json_array(messages)
 
 
 class OpenAIProvider:
     name = "openai"
 
-    def build(
-        self,
-        conversation: Conversation,
-        options: RequestOptions,
-        tools: Sequence[ToolSpec],
-        provider: ProviderConfig,
-    ) -> HttpRequest:
+    def build(self, parts: RequestParts) -> HttpRequest:
+        conversation, options, tools = parts.conversation, parts.options, parts.tools
+        provider = parts.provider
         limit_field = provider.max_tokens_param or (
             "max_completion_tokens"
             if provider.base_url == DEFAULT_BASE_URLS["openai"]
@@ -133,7 +98,7 @@ class OpenAIProvider:
         )
         body: dict[str, Any] = {
             "model": options.model,
-            "messages": RawJSON(messages_json(conversation)),
+            "messages": wire.RawJSON(messages_json(conversation)),
             limit_field: options.max_tokens,
         }
         if tools:
@@ -157,7 +122,7 @@ class OpenAIProvider:
             "accept": "text/event-stream",
             **provider.headers,
         }
-        return HttpRequest(f"{provider.base_url}/chat/completions", headers, encode_json(body))
+        return HttpRequest(f"{provider.base_url}/chat/completions", headers, wire.encode_json(body))
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"} if api_key else {}
@@ -166,7 +131,7 @@ class OpenAIProvider:
         return OpenAIDecoder()
 
     def error_of(self, status: int, body: bytes) -> tuple[str, str]:
-        value = json_error_body(body)
+        value = wire.json_error_body(body)
         if not value:
             return "", ""
         error = value.get("error", value)
@@ -192,11 +157,11 @@ class OpenAIDecoder:
         self._calls: dict[int, _Call] = {}
         self._finished = False
 
-    def decode(self, event: SSEEvent) -> list[Delta]:
+    def decode(self, event: SSEEvent) -> list[blocks.Delta]:
         if event.data.strip() == "[DONE]":
             self.done = True
             return self._end_calls() if not self._finished else []
-        data = parse_event_json(event)
+        data = wire.parse_event_json(event)
         if not isinstance(data, dict):
             return []
         error = data.get("error")
@@ -205,35 +170,35 @@ class OpenAIDecoder:
             error_type = str(error.get("type") or error.get("code") or "error")
             message = str(error.get("message") or "the provider reported an error")
             raise ProviderError(f"{message} ({error_type})", error_type=error_type)
-        out: list[Delta] = []
+        out: list[blocks.Delta] = []
         for choice in data.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(reasoning, str) and reasoning:
-                out.append(ThinkingDelta(reasoning))
+                out.append(blocks.ThinkingDelta(reasoning))
             content = delta.get("content")
             if isinstance(content, str) and content:
-                out.append(TextDelta(content))
+                out.append(blocks.TextDelta(content))
             for position, call in enumerate(delta.get("tool_calls") or ()):
                 if isinstance(call, dict):
                     out.extend(self._call_delta(call, position))
             reason = choice.get("finish_reason")
             if isinstance(reason, str) and reason:
                 out.extend(self._end_calls())
-                out.append(Stop(_STOPS.get(reason, STOP_OTHER), reason))
+                out.append(blocks.Stop(_STOPS.get(reason, blocks.STOP_OTHER), reason))
                 self._finished = True
         usage = data.get("usage")
         if isinstance(usage, dict):
-            out.append(UsageDelta(_usage(usage)))
+            out.append(blocks.UsageDelta(_usage(usage)))
         return out
 
     @property
     def complete(self) -> bool:
         return self.done or self._finished
 
-    def _call_delta(self, raw: dict[str, Any], position: int) -> list[Delta]:
+    def _call_delta(self, raw: dict[str, Any], position: int) -> list[blocks.Delta]:
         index = raw.get("index")
         index = index if isinstance(index, int) else position
         call = self._calls.setdefault(index, _Call())
@@ -246,30 +211,30 @@ class OpenAIDecoder:
         args = function.get("arguments")
         if isinstance(args, dict):  # a few servers send the object itself
             args = tool_json(args)
-        out: list[Delta] = []
+        out: list[blocks.Delta] = []
         if not call.started and call.name:
             call.started = True
             call.call_id = call.call_id or new_call_id(set())
-            out.append(ToolCallStart(index, call.call_id, call.name))
-            out.extend(ToolCallArgs(index, piece) for piece in call.pending_args)
+            out.append(blocks.ToolCallStart(index, call.call_id, call.name))
+            out.extend(blocks.ToolCallArgs(index, piece) for piece in call.pending_args)
             call.pending_args = []
         if isinstance(args, str) and args:
             if call.started:
-                out.append(ToolCallArgs(index, args))
+                out.append(blocks.ToolCallArgs(index, args))
             else:
                 call.pending_args.append(args)
         return out
 
-    def _end_calls(self) -> list[Delta]:
-        out: list[Delta] = [BlockEnd()]
+    def _end_calls(self) -> list[blocks.Delta]:
+        out: list[blocks.Delta] = [blocks.BlockEnd()]
         for index in sorted(self._calls):
             call = self._calls.pop(index)
             if call.started:
-                out.append(ToolCallEnd(index))
+                out.append(blocks.ToolCallEnd(index))
         return out
 
 
-def _usage(raw: dict[str, Any]) -> Usage:
+def _usage(raw: dict[str, Any]) -> blocks.Usage:
     def count(value: Any) -> int | None:
         return value if isinstance(value, int) else None
 
@@ -277,7 +242,7 @@ def _usage(raw: dict[str, Any]) -> Usage:
     details = raw.get("prompt_tokens_details")
     cached = count(details.get("cached_tokens")) if isinstance(details, dict) else None
     fresh = prompt - cached if prompt is not None and cached else prompt
-    return Usage(
+    return blocks.Usage(
         input_tokens=fresh,
         output_tokens=count(raw.get("completion_tokens")),
         cache_read_tokens=cached,
