@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sidekick_tools.calls.context import CallContext
 from sidekick_tools.calls.loop import ChatLoop, Session
 from sidekick_tools.calls.marking import UserError
 from sidekick_tools.config import Config
@@ -18,7 +19,7 @@ class Port:
 
 
 def loop_with(port: Port, failure: BaseException) -> ChatLoop:
-    loop = ChatLoop(port, None, None, None, Config.from_dict({}))
+    loop = ChatLoop(CallContext(port, None, None, Config.from_dict({})), None, None)
 
     async def send(_session: Any) -> None:
         raise failure

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..config import Config
 from .chain import CallChain, UserError
+from .context import CallContext
 from .follow import TaskFollower
 from .loop import ChatLoop
 from .registry import CallRegistry, Tracked
@@ -31,11 +32,12 @@ __all__ = ["CallRunner", "Tracked", "UserError"]
 class CallRunner:
     def __init__(self, port: Any, tasks: Any, config: Config) -> None:
         self.registry = CallRegistry(port)
-        self.writer = ResultWriter(port, self.registry, tasks, config)
-        self.follower = TaskFollower(port, self.registry, self.writer, tasks, config)
-        self.chain = CallChain(port, self.registry, self.writer, self.follower, tasks, config)
+        self.ctx = CallContext(port, self.registry, tasks, config)
+        self.writer = ResultWriter(self.ctx)
+        self.follower = TaskFollower(self.ctx, self.writer)
+        self.chain = CallChain(self.ctx, self.writer, self.follower)
         self.scan = DiagnosticScan(port, self.registry)
-        self.loop = ChatLoop(port, self.registry, self.writer, self.chain, config)
+        self.loop = ChatLoop(self.ctx, self.writer, self.chain)
         self.follower.hold = self.loop.notice
 
         def written(tracked: Tracked, result: Any) -> None:
@@ -44,18 +46,15 @@ class CallRunner:
 
         self.writer.on_written = written
         self.port = port
-        self._config = config
 
     @property
     def config(self) -> Config:
-        return self._config
+        return self.ctx.config
 
     @config.setter
     def config(self, config: Config) -> None:
-        """`setup()` again: every piece works with the new settings."""
-        self._config = config
-        for part in (self.writer, self.follower, self.chain, self.loop):
-            part.config = config
+        """`setup()` again: every part works with the new settings."""
+        self.ctx.config = config
 
     async def run_tool(self, buf: int, row: int, cwd: str, gate: Any = None) -> dict[str, Any]:
         return await self.chain.run_tool(buf, row, cwd, gate)

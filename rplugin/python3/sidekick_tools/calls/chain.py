@@ -17,13 +17,13 @@ from typing import Any
 
 from ..chat import ToolCall
 from ..chat.edits import describe, locate
-from ..config import Config
 from ..tools.base import ToolResult
 from ..tools.policy import decide
+from .context import CallContext
 from .execute import STRUCTURAL, CallExecutor, denied
 from .follow import TaskFollower
 from .marking import CallMarks, Found, UserError
-from .registry import CallRegistry, Tracked
+from .registry import Tracked
 from .scan import call_problem
 from .writer import ResultWriter, log_failure
 
@@ -31,23 +31,12 @@ log = logging.getLogger(__name__)
 
 
 class CallChain:
-    def __init__(
-        self,
-        port: Any,
-        registry: CallRegistry,
-        writer: ResultWriter,
-        follower: TaskFollower,
-        tasks: Any,
-        config: Config,
-    ) -> None:
-        self.port = port
-        self.registry = registry
+    def __init__(self, ctx: CallContext, writer: ResultWriter, follower: TaskFollower) -> None:
+        self.ctx = ctx
         self.writer = writer
         self.follower = follower
-        self.tasks = tasks
-        self.config = config
-        self.marks = CallMarks(port, registry, writer)
-        self.executor = CallExecutor(port, registry, tasks, config, self.marks)
+        self.marks = CallMarks(ctx, writer)
+        self.executor = CallExecutor(ctx, self.marks)
         self._bg: set[asyncio.Future[Any]] = set()
 
     # -- what the user runs -------------------------------------------------------------
@@ -258,7 +247,7 @@ class CallChain:
         a broken one, whose ✗ shows why)."""
         mirror = await self.marks.mirror(previous.buf)
         chat = mirror.chat()
-        rows = await self.port.mark_rows(previous.buf, [previous.mark])
+        rows = await self.ctx.port.mark_rows(previous.buf, [previous.mark])
         prev = locate(chat, previous.call_id, rows.get(previous.mark, -1))  # this very block
         if prev is None:
             return None, None

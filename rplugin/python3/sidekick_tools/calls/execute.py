@@ -12,10 +12,10 @@ from typing import Any
 
 from .. import tools
 from ..chat import ToolCall
-from ..config import Config
 from ..tools.base import ToolContext, ToolResult
+from .context import CallContext
 from .marking import CallMarks, Found
-from .registry import CallRegistry, Tracked
+from .registry import Tracked
 from .scan import call_problem
 
 log = logging.getLogger(__name__)
@@ -29,10 +29,7 @@ def denied(reason: str, by: str = "policy") -> ToolResult:
 
 @dataclass(eq=False)
 class CallExecutor:
-    port: Any
-    registry: CallRegistry
-    tasks: Any
-    config: Config
+    ctx: CallContext
     marks: CallMarks
 
     async def run(
@@ -54,8 +51,8 @@ class CallExecutor:
         if problem:
             if problem.startswith(STRUCTURAL):
                 # No block can be written safely: only the diagnostic says what is wrong.
-                self.registry.state(tracked, "failed", detail=problem)
-                self.port.notify_user(f"sidekick_tools: {problem}", "error")
+                self.ctx.registry.state(tracked, "failed", detail=problem)
+                self.ctx.port.notify_user(f"sidekick_tools: {problem}", "error")
                 return None
             return ToolResult(status="failed", body=problem, fields={})
         earlier = self._undelivered_task(mirror.name, call)
@@ -63,7 +60,7 @@ class CallExecutor:
             # This call already started a task whose result never reached the
             # chat (the host died before writing it): that task is the call's,
             # running or ended. Running the call again would run it twice.
-            self.registry.bind(tracked, earlier.id)
+            self.ctx.registry.bind(tracked, earlier.id)
             result = tools.result_from_task(call.tool, earlier)
             result.fields.setdefault("task", earlier.id)
             return result
@@ -75,7 +72,7 @@ class CallExecutor:
         ctx.auto = not explicit  # approved by the policy, not run by the user's hand
         tool = tools.get_tool(call.tool)
         assert tool is not None  # call_problem checked it exists
-        self.registry.state(tracked, "running", started_at=time.time())
+        self.ctx.registry.state(tracked, "running", started_at=time.time())
         # The running state reaches Neovim before the tool starts: with the
         # reply of the request that started the call (the gate opens once that
         # is sent), else on its own.
@@ -94,7 +91,7 @@ class CallExecutor:
             result.fields["duration"] = round(time.monotonic() - started, 2)
         if result.status == "running":
             token = str(result.fields.get("task") or tracked.token or "") or None
-            self.registry.bind(tracked, token)
+            self.ctx.registry.bind(tracked, token)
         return result
 
     def _undelivered_task(self, chat: str, call: ToolCall) -> Any:
@@ -103,7 +100,7 @@ class CallExecutor:
         if call.result is not None or not call.call_id:
             return None
         try:
-            task = self.tasks.find_by_call(chat, call.call_id)
+            task = self.ctx.tasks.find_by_call(chat, call.call_id)
         except Exception:  # an unreadable store must not stop the call
             log.warning("looking up earlier tasks of call %s failed", call.call_id, exc_info=True)
             return None
@@ -113,15 +110,15 @@ class CallExecutor:
 
     def context(self, cwd: str, chat: str, call_id: str) -> ToolContext:
         return ToolContext(
-            cwd=cwd, tasks=self.tasks, config=self.config, chat=chat, call_id=call_id
+            cwd=cwd, tasks=self.ctx.tasks, config=self.ctx.config, chat=chat, call_id=call_id
         )
 
     async def ask_policy(self, call: ToolCall, ctx: ToolContext) -> str | None:
         """The user's Lua policy function's answer, when one is configured."""
-        if not self.config.auto_accept.has_policy:
+        if not self.ctx.config.auto_accept.has_policy:
             return None
         try:
-            answer = await self.port.ask_policy(
+            answer = await self.ctx.port.ask_policy(
                 call.tool,
                 call.params or {},
                 {"cwd": ctx.cwd, "chat": ctx.chat, "call_id": ctx.call_id},

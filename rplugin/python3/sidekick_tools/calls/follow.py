@@ -18,41 +18,31 @@ from typing import Any
 from .. import tools
 from ..chat.render import notice_lines
 from ..chat.states import fields_detail
-from ..config import Config
 from ..secrets_mask import mask
 from ..tasks.model import TaskStatus, is_token
 from ..tools.base import ToolResult
-from .registry import CallRegistry, Tracked
+from .context import CallContext
+from .registry import Tracked
 from .writer import ResultWriter, log_failure, log_path_of
 
 log = logging.getLogger(__name__)
 
 
 class TaskFollower:
-    def __init__(
-        self,
-        port: Any,
-        registry: CallRegistry,
-        writer: ResultWriter,
-        tasks: Any,
-        config: Config,
-    ) -> None:
-        self.port = port
-        self.registry = registry
+    def __init__(self, ctx: CallContext, writer: ResultWriter) -> None:
+        self.ctx = ctx
         self.writer = writer
-        self.tasks = tasks
-        self.config = config
         self._bg: set[asyncio.Future[Any]] = set()
         # A chat that talks to a model hands its notices to the chat loop, which
         # writes them once no reply streams and every call has its result, then
         # sends them (DESIGN §10, steering). True: the loop took the notice.
         self.hold: Callable[[int, list[str]], bool] = lambda _buf, _lines: False
-        tasks.subscribe(self.on_task_event)
+        ctx.tasks.subscribe(self.on_task_event)
 
     # -- a call's state as its task moves --------------------------------------------
     def on_task_event(self, event: Any) -> None:
         task = event.task
-        self.port.emit(
+        self.ctx.port.emit(
             {
                 "type": "task",
                 "kind": event.kind,
@@ -62,12 +52,12 @@ class TaskFollower:
         )
         if event.kind in ("started", "finished"):
             self._refresh_queue()
-        tracked = self.registry.for_task(task)
+        tracked = self.ctx.registry.for_task(task)
         if tracked is None:
             return
-        self.registry.bind(tracked, task.id)
+        self.ctx.registry.bind(tracked, task.id)
         if task.status is TaskStatus.QUEUED:
-            self.registry.state(tracked, "queued", ahead=self.tasks.queue_position(task.id))
+            self.ctx.registry.state(tracked, "queued", ahead=self.ctx.tasks.queue_position(task.id))
         elif task.status is TaskStatus.RUNNING and not tracked.done:
             self._running(tracked, task)
         elif event.kind == "finished" and tracked.background and not tracked.finishing:
@@ -78,16 +68,16 @@ class TaskFollower:
         keeps the call following its task)."""
         if result.status != "running":
             tracked.done = True
-            self.registry.state(tracked, result.status, detail=result_detail(result))
+            self.ctx.registry.state(tracked, result.status, detail=result_detail(result))
             return
-        task = self.tasks.get(tracked.token) if tracked.token else None
+        task = self.ctx.tasks.get(tracked.token) if tracked.token else None
         if task is not None and task.status is TaskStatus.QUEUED:
-            self.registry.state(tracked, "queued", ahead=self.tasks.queue_position(task.id))
+            self.ctx.registry.state(tracked, "queued", ahead=self.ctx.tasks.queue_position(task.id))
         else:
             self._running(tracked, task)
 
     def _running(self, tracked: Tracked, task: Any) -> None:
-        self.registry.state(
+        self.ctx.registry.state(
             tracked,
             "running",
             started_at=getattr(task, "started_at", None),
@@ -97,10 +87,10 @@ class TaskFollower:
 
     def _refresh_queue(self) -> None:
         """The queue moved: each queued call's "N ahead" changes."""
-        for ahead, token in enumerate(self.tasks.queued_tokens()):
-            tracked = self.registry.by_token(token)
+        for ahead, token in enumerate(self.ctx.tasks.queued_tokens()):
+            tracked = self.ctx.registry.by_token(token)
             if tracked is not None and tracked.state == "queued":
-                self.registry.state(tracked, "queued", ahead=ahead)
+                self.ctx.registry.state(tracked, "queued", ahead=ahead)
 
     # -- the end of a task that outlived its call's wait ---------------------------------
     async def delivered(self, tracked: Tracked, result: ToolResult) -> None:
@@ -108,7 +98,7 @@ class TaskFollower:
         (which may have ended meanwhile)."""
         if result.status == "running" and tracked.token:
             tracked.background = True
-            task = self.tasks.get(tracked.token)
+            task = self.ctx.tasks.get(tracked.token)
             if task is not None and task.terminal:
                 await self.finish(tracked, task)
 
@@ -121,7 +111,7 @@ class TaskFollower:
         result.fields.setdefault("task", task.id)
         log_path = log_path_of(task)
         # the notice stays short: the last few lines; the block above and the log have the rest
-        output = self.writer.shown(result.body, log_path, lines=self.config.notice_lines)
+        output = self.writer.shown(result.body, log_path, lines=self.ctx.config.notice_lines)
         payload = {
             "id": task.id,
             "status": task.status.value,
@@ -152,10 +142,10 @@ class TaskFollower:
             res = call.result
             if not (res and res.status == "running" and res.fields.get("task") and call.call_id):
                 continue
-            if self.registry.get(buf, call.call_id) is not None:
+            if self.ctx.registry.get(buf, call.call_id) is not None:
                 continue
             token = res.fields["task"]
-            task = self.tasks.get(token) if is_token(token) else None
+            task = self.ctx.tasks.get(token) if is_token(token) else None
             if task is None:
                 unfollowed[call.call_id] = f"task {token} not found; not followed"
                 continue
@@ -166,11 +156,11 @@ class TaskFollower:
             if tracked is None:
                 continue
             tracked.background = True
-            self.registry.bind(tracked, token)
+            self.ctx.registry.bind(tracked, token)
             if task.terminal:
                 await self.finish(tracked, task)
             else:
-                self.registry.state(tracked, "running", started_at=task.started_at)
+                self.ctx.registry.state(tracked, "running", started_at=task.started_at)
         return unfollowed
 
     def _spawn(self, coro: Any) -> None:

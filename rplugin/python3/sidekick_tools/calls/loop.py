@@ -24,11 +24,10 @@ from typing import Any
 
 from ..chat import ToolCall
 from ..chat.parser import Chat
-from ..config import Config
 from ..tools.base import ToolResult
 from . import outbound
 from .chain import CallChain, UserError
-from .registry import CallRegistry
+from .context import CallContext
 from .reply_stream import ReplyStream
 from .writer import ResultWriter, log_failure
 
@@ -56,19 +55,10 @@ class Session:
 
 
 class ChatLoop:
-    def __init__(
-        self,
-        port: Any,
-        registry: CallRegistry,
-        writer: ResultWriter,
-        chain: CallChain,
-        config: Config,
-    ) -> None:
-        self.port = port
-        self.registry = registry
+    def __init__(self, ctx: CallContext, writer: ResultWriter, chain: CallChain) -> None:
+        self.ctx = ctx
         self.writer = writer
         self.chain = chain
-        self.config = config
         self.sessions: dict[int, Session] = {}
         self._client: Any = None
         self._bg: set[asyncio.Future[Any]] = set()
@@ -83,7 +73,7 @@ class ChatLoop:
                 "sidekick_tools: a reply is still streaming into this chat; :SidekickStop ends it"
             )
         # a bad model is said at once
-        answer = outbound.model_of(await self.chain.marks.mirror(buf), self.config)
+        answer = outbound.model_of(await self.chain.marks.mirror(buf), self.ctx.config)
         session.cwd = cwd
         session.turns = 0
         session.armed = True
@@ -100,11 +90,11 @@ class ChatLoop:
             await self._send(session)
         except UserError as exc:
             session.armed = False
-            self.port.notify_user(str(exc), "error")
+            self.ctx.port.notify_user(str(exc), "error")
         except Exception:  # nobody waits for this answer any more: say it
             log.exception("chat %d: sending failed", session.buf)
             session.armed = False
-            self.port.notify_user(
+            self.ctx.port.notify_user(
                 "sidekick_tools: sending failed (an internal error; details in the host log)",
                 "error",
             )
@@ -136,7 +126,7 @@ class ChatLoop:
             return False
         if session.busy:
             return True
-        mirror = self.port.mirrors.get(buf)
+        mirror = self.ctx.port.mirrors.get(buf)
         return mirror is not None and bool(_unanswered(mirror.chat()))
 
     def notice(self, buf: int, lines: list[str]) -> bool:
@@ -159,7 +149,7 @@ class ChatLoop:
         """Every call of the last reply has a result: write the notices that
         waited, then send again if the loop is armed (or a notice arrived and
         `send_on_notice`), unless the user is writing their own message."""
-        mirror = await self.port.mirror(session.buf)
+        mirror = await self.ctx.port.mirror(session.buf)
         if mirror is None or session.busy or _unanswered(mirror.chat()):
             return
         noticed = await self._flush_notices(session)
@@ -169,10 +159,10 @@ class ChatLoop:
         )
         if not want:
             return
-        mirror = await self.port.mirror(session.buf)
+        mirror = await self.ctx.port.mirror(session.buf)
         if mirror is None or _user_typing(mirror.chat(), mirror.lines):
             if want and session.armed:
-                self.port.notify_user(
+                self.ctx.port.notify_user(
                     "sidekick_tools: results are in; your message goes with them on :SidekickSend",
                     "info",
                 )
@@ -181,7 +171,7 @@ class ChatLoop:
         limit = int(chat_cfg.get("max_turns", 25))
         if session.turns >= limit:
             session.armed = False
-            self.port.notify_user(
+            self.ctx.port.notify_user(
                 f"sidekick_tools: {limit} replies in a row (chat.max_turns): the loop stops "
                 "here; :SidekickSend goes on",
                 "warn",
@@ -192,7 +182,7 @@ class ChatLoop:
             await self._send(session)
         except UserError as exc:
             session.armed = False
-            self.port.notify_user(str(exc), "error")
+            self.ctx.port.notify_user(str(exc), "error")
 
     async def _flush_notices(self, session: Session) -> bool:
         if not session.notices:
@@ -223,10 +213,10 @@ class ChatLoop:
     async def _send(self, session: Session) -> dict[str, Any]:
         session.sending = True
         try:
-            request = await outbound.build(self.chain.marks, session.buf, self.config)
-            key = await outbound.api_key(self.port, request.provider)
+            request = await outbound.build(self.chain.marks, session.buf, self.ctx.config)
+            key = await outbound.api_key(self.ctx.port, request.provider)
             mark = await outbound.open_reply(
-                self.port, self.chain.marks, session.buf, self.registry.new_mark()
+                self.ctx.port, self.chain.marks, session.buf, self.ctx.registry.new_mark()
             )
         finally:
             session.sending = False
@@ -240,12 +230,12 @@ class ChatLoop:
     # -- streaming -----------------------------------------------------------------------
     async def _stream(self, session: Session, request: Any, key: str | None) -> None:
         try:
-            end = await ReplyStream(self.port, session).run(self.client(), request, key)
+            end = await ReplyStream(self.ctx.port, session).run(self.client(), request, key)
         finally:
             session.streaming = None
         if end.error is not None:
             session.armed = False
-            self.port.notify_user(f"sidekick_tools: {end.error}", "error")
+            self.ctx.port.notify_user(f"sidekick_tools: {end.error}", "error")
         elif end.stopped:
             session.armed = False
         await self._after_reply(session, end.call_ids)
@@ -271,7 +261,7 @@ class ChatLoop:
             return
         stopped_at = await self.chain.run_unasked(session.buf, first, session.cwd)
         if stopped_at is not None:
-            self.port.notify_user(
+            self.ctx.port.notify_user(
                 f"sidekick_tools: {stopped_at.tool} {stopped_at.call_id} needs your consent: "
                 ":SidekickRunTool runs it, :SidekickDeny refuses it",
                 "warn",
@@ -288,7 +278,7 @@ class ChatLoop:
         return self._client
 
     def _chat_cfg(self) -> dict[str, Any]:
-        return outbound.chat_settings(self.config)
+        return outbound.chat_settings(self.ctx.config)
 
     def _spawn(self, coro: Any) -> None:
         fut = asyncio.ensure_future(coro)

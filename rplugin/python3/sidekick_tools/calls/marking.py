@@ -13,7 +13,8 @@ from typing import Any
 from ..chat import ToolCall
 from ..chat.edits import locate
 from ..chat.render import header_with_id, new_call_id
-from .registry import CallRegistry, Tracked
+from .context import CallContext
+from .registry import Tracked
 
 RETRIES = 50  # a call's id and mark, while the mirror catches up with the buffer
 
@@ -25,19 +26,18 @@ class UserError(Exception):
 
 
 class CallMarks:
-    def __init__(self, port: Any, registry: CallRegistry, writer: Any) -> None:
-        self.port = port
-        self.registry = registry
+    def __init__(self, ctx: CallContext, writer: Any) -> None:
+        self.ctx = ctx
         self.writer = writer
 
     async def mirror(self, buf: int) -> Any:
-        mirror = await self.port.mirror(buf)
+        mirror = await self.ctx.port.mirror(buf)
         if mirror is None:
             raise UserError(f"sidekick_tools: buffer {buf} is not loaded")
         return mirror
 
     def refuse_live(self, buf: int, call: ToolCall) -> None:
-        tracked = self.registry.get(buf, call.call_id or "")
+        tracked = self.ctx.registry.get(buf, call.call_id or "")
         if tracked and tracked.live:
             what = f" as task {tracked.token}" if tracked.token else ""
             raise UserError(
@@ -61,9 +61,9 @@ class CallMarks:
             if not call_id:
                 call_id = new_call_id({c.call_id for c in chat.calls if c.call_id})
                 edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
-            mark = self.registry.mark_for(buf, call_id)
-            if await self.port.apply(buf, mirror.tick, edits, [(mark, row)]):
-                return self.registry.follow(buf, call_id, current.tool, mirror.name, mark)
+            mark = self.ctx.registry.mark_for(buf, call_id)
+            if await self.ctx.port.apply(buf, mirror.tick, edits, [(mark, row)]):
+                return self.ctx.registry.follow(buf, call_id, current.tool, mirror.name, mark)
             await asyncio.sleep(0.005)
         return None
 
@@ -83,17 +83,17 @@ class CallMarks:
                 taken.add(call_id)
                 row = call.start_row
                 edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
-            if await self.port.apply(buf, mirror.tick, edits):
+            if await self.ctx.port.apply(buf, mirror.tick, edits):
                 return
             await asyncio.sleep(0.005)
 
     async def find(self, tracked: Tracked) -> Found | None:
         """The call's current block; None when the block is gone (said to the user)."""
-        mirror = await self.port.mirror(tracked.buf)
+        mirror = await self.ctx.port.mirror(tracked.buf)
         if mirror is None:
             self.writer.lost(tracked, "its chat is no longer loaded")
             return None
-        rows = await self.port.mark_rows(tracked.buf, [tracked.mark])
+        rows = await self.ctx.port.mark_rows(tracked.buf, [tracked.mark])
         call = locate(mirror.chat(), tracked.call_id, rows.get(tracked.mark, -1))
         if call is None:
             self.writer.lost(tracked, "its block was deleted")

@@ -21,10 +21,10 @@ from typing import Any
 from ..chat import ToolCall
 from ..chat.edits import locate, notice_edit, result_span, user_line_edit
 from ..chat.render import clean_output, result_lines, truncate_tail
-from ..config import Config
 from ..secrets_mask import mask
 from ..tools.base import ToolResult
-from .registry import CallRegistry, Tracked
+from .context import CallContext
+from .registry import Tracked
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +51,8 @@ class Pending:
 
 
 class ResultWriter:
-    def __init__(self, port: Any, registry: CallRegistry, tasks: Any, config: Config) -> None:
-        self.port = port
-        self.registry = registry
-        self.tasks = tasks
-        self.config = config
+    def __init__(self, ctx: CallContext) -> None:
+        self.ctx = ctx
         # Called once a call's result is in the buffer (its state follows).
         self.on_written: Callable[[Tracked, ToolResult], None] = lambda _t, _r: None
         self._queues: dict[int, list[Pending]] = {}
@@ -92,7 +89,7 @@ class ResultWriter:
         (`lines`, default `result.max_lines`; file tools bound their own results)."""
         text = mask(clean_output(body.encode("utf-8", "replace")))
         if truncate:
-            keep = self.config.result_max_lines if lines is None else lines
+            keep = self.ctx.config.result_max_lines if lines is None else lines
             text = truncate_tail(text, keep, log_path)
         return text.rstrip("\n")
 
@@ -101,18 +98,18 @@ class ResultWriter:
         if tracked.done:
             return
         tracked.done = True
-        self.registry.forget(tracked)
+        self.ctx.registry.forget(tracked)
         status = result.status if result is not None else tracked.state
         what = f"call {tracked.call_id} ({tracked.tool})"
         where = ""
         if tracked.token:
-            log_path = log_path_of(self.tasks.get(tracked.token))
+            log_path = log_path_of(self.ctx.tasks.get(tracked.token))
             what = f"task {tracked.token} of {what}"
             where = f"; its output: {log_path}" if log_path else ""
         reopen = ""
         if tracked.background and "loaded" in why:
             reopen = "; it is written when you open the chat again"
-        self.port.notify_user(
+        self.ctx.port.notify_user(
             f"sidekick_tools: {what} ended {status}, not written: {why}{reopen}{where}", "warn"
         )
         log.info("%s: result not written (%s)", what, why)
@@ -125,9 +122,9 @@ class ResultWriter:
         if not token or result.status in ("running", "queued"):
             return
         try:
-            task = self.tasks.get(str(token))
+            task = self.ctx.tasks.get(str(token))
             if task is not None and (task.chat, task.call_id) == (tracked.chat, tracked.call_id):
-                self.tasks.mark_delivered(str(token))
+                self.ctx.tasks.mark_delivered(str(token))
         except Exception:
             log.warning("marking task %s delivered failed", token, exc_info=True)
 
@@ -135,8 +132,8 @@ class ResultWriter:
     def _result_item(self, tracked: Tracked, result: ToolResult) -> Pending:
         token = result.fields.get("task")
         log_path = None  # named only when lines are cut: look the task up only then
-        if token and result.body.count("\n") >= self.config.result_max_lines:
-            log_path = log_path_of(self.tasks.get(str(token)))
+        if token and result.body.count("\n") >= self.ctx.config.result_max_lines:
+            log_path = log_path_of(self.ctx.tasks.get(str(token)))
         body = self.shown(result.body, log_path, truncate=bool(token))
         block = result_lines(tracked.call_id, result.status, result.fields, body)
         return Pending(next(self._seq), tracked=tracked, result=result, lines=block)
@@ -177,7 +174,7 @@ class ResultWriter:
         attempt = 0
         while True:
             attempt += 1
-            mirror = await self.port.mirror(buf)
+            mirror = await self.ctx.port.mirror(buf)
             if mirror is None:  # unloaded: a reopened chat picks running blocks up again
                 for item in batch:
                     if item.tracked is not None:
@@ -185,7 +182,7 @@ class ResultWriter:
                     item.resolve(False)
                 return []
             plan = await self._plan(buf, mirror, batch)
-            if not plan.edits or await self.port.apply(
+            if not plan.edits or await self.ctx.port.apply(
                 buf, mirror.tick, plan.edits, anchors=plan.anchors
             ):
                 plan.settle(self, batch)
@@ -200,7 +197,7 @@ class ResultWriter:
     async def _plan(self, buf: int, mirror: Any, batch: list[Pending]) -> _Batch:
         results = [i for i in batch if i.tracked is not None]
         marks = [i.tracked.mark for i in results]  # type: ignore[union-attr]
-        rows = await self.port.mark_rows(buf, marks) if marks else {}
+        rows = await self.ctx.port.mark_rows(buf, marks) if marks else {}
         chat = mirror.chat()
         plan = _Batch()
         ranked: list[tuple[int, int, list[str], int, int]] = []  # start, end, lines, rank, seq
