@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ..tools import _tasks
@@ -40,33 +41,24 @@ def describe(task: Any) -> str:
     return text
 
 
+@dataclass(eq=False)
 class ProgressReporter:
     """Reports on one task (by token, or by the chat and call id that start it)
     for as long as the ``async with`` block lasts. Never raises: a failed
     notification only ends the reports."""
 
-    def __init__(
-        self,
-        tasks: Any,
-        report: Report,
-        *,
-        token: str | None = None,
-        chat: str = "",
-        call_id: str = "",
-        heartbeat: float = HEARTBEAT,
-    ) -> None:
-        self.tasks = tasks
-        self.report = report
-        self.token = token
-        self.chat = chat
-        self.call_id = call_id
-        self.heartbeat = heartbeat
-        self.sent = 0
-        self._started = time.monotonic()
-        self._last = -1.0
-        self._wake = asyncio.Event()
-        self._unsubscribe: Callable[[], None] | None = None
-        self._loop: asyncio.Task[None] | None = None
+    tasks: Any
+    report: Report
+    token: str | None = None  # the task, or, until it starts, the chat and call id
+    chat: str = ""
+    call_id: str = ""
+    heartbeat: float = HEARTBEAT
+    sent: int = field(default=0, init=False)
+    _started: float = field(default_factory=time.monotonic, init=False)
+    _last: float = field(default=-1.0, init=False)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _unsubscribe: Optional[Callable[[], None]] = field(default=None, init=False)
+    _loop: Optional[asyncio.Task[None]] = field(default=None, init=False)
 
     def _mine(self, task: Any) -> bool:
         if self.token is not None:
