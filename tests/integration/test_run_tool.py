@@ -185,6 +185,29 @@ def test_policy_function_can_deny(editor):
     editor.wait_diag(4, "⊘ run_terminal_command")
 
 
+def test_a_policy_given_by_setup_again_rules_the_next_call(editor):
+    """setup() again (a config reload) with a policy: the running host asks it
+    before the next call, as it would have had the policy been there from the start."""
+    editor.setup()
+    first = call_block("run_terminal_command", {"command": "echo one"}, "c1")
+    # not a safe command, so the chain after c1 leaves it for the user
+    second = call_block("run_terminal_command", {"command": "echo two > two.txt"}, "c2")
+    editor.open_chat(chat(first, second))
+    editor.run_tool(5)
+    editor.wait_text("```result id=c1 status=completed exit=0")
+    editor.wait_diag(next(i for i, x in enumerate(editor.lines()) if "id=c2" in x), "▶")
+    editor.lua(
+        "require('sidekick_tools').setup({ python = ..., state_dir = select(2, ...),"
+        " auto_accept = { policy = function() return 'deny' end } })",
+        __import__("sys").executable,
+        str(editor.state_dir),
+    )
+    row = next(i for i, line in enumerate(editor.lines()) if "id=c2" in line)
+    editor.run_tool(row + 1)
+    editor.wait_text("```result id=c2 status=denied")
+    assert not (editor.workdir / "two.txt").exists()
+
+
 def test_deleting_a_running_block_writes_nothing_back(editor):
     editor.setup()
     marker = editor.workdir / "go"
