@@ -43,13 +43,7 @@ class CallChain:
     async def run_tool(
         self, buf: int, row: int, cwd: str, gate: asyncio.Future[None] | None = None
     ) -> dict[str, Any]:
-        mirror = await self.marks.mirror(buf)
-        call = mirror.chat().call_at(row)
-        if call is None:
-            raise UserError(
-                f"sidekick_tools: no tool call at line {row + 1}. Put the cursor on a "
-                "```tool block of an ASSISTANT message."
-            )
+        mirror, call = await self.marks.call_at(buf, row, "of an ASSISTANT message")
         self.marks.refuse_live(buf, call)
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
@@ -149,13 +143,7 @@ class CallChain:
     async def deny(self, buf: int, row: int, reason: str = "") -> dict[str, Any]:
         """Refuse the pending call at `row`: a ``status=denied`` result whose body
         (what the model reads) is the user's reason."""
-        mirror = await self.marks.mirror(buf)
-        call = mirror.chat().call_at(row)
-        if call is None:
-            raise UserError(
-                f"sidekick_tools: no tool call at line {row + 1}. Put the cursor on a "
-                "```tool block to deny it."
-            )
+        _, call = await self.marks.call_at(buf, row, "to deny it")
         if call.result is not None:
             raise UserError(
                 f"sidekick_tools: {call.call_id} already has a result "

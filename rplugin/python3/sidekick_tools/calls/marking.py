@@ -36,6 +36,18 @@ class CallMarks:
             raise UserError(f"sidekick_tools: buffer {buf} is not loaded")
         return mirror
 
+    async def call_at(self, buf: int, row: int, hint: str) -> Found:
+        """The call whose block holds ``row``, with the mirror it was read in; a
+        UserError that ends in ``hint`` (what the block is for) when there is none."""
+        mirror = await self.mirror(buf)
+        call = mirror.chat().call_at(row)
+        if call is None:
+            raise UserError(
+                f"sidekick_tools: no tool call at line {row + 1}. Put the cursor on a "
+                f"```tool block {hint}."
+            )
+        return mirror, call
+
     def refuse_live(self, buf: int, call: ToolCall) -> None:
         tracked = self.ctx.registry.get(buf, call.call_id or "")
         if tracked and tracked.live:

@@ -102,14 +102,15 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+_OS_ERRORS = (
+    (FileNotFoundError, "no such file or directory"),
+    (IsADirectoryError, "is a directory"),
+    (NotADirectoryError, "a parent of this path is not a directory"),
+    (PermissionError, "permission denied"),
+)
+
+
 def describe_os_error(err: OSError) -> str:
     """Short wording for the usual file errors."""
-    if isinstance(err, FileNotFoundError):
-        return "no such file or directory"
-    if isinstance(err, IsADirectoryError):
-        return "is a directory"
-    if isinstance(err, NotADirectoryError):
-        return "a parent of this path is not a directory"
-    if isinstance(err, PermissionError):
-        return "permission denied"
-    return err.strerror or str(err)
+    words = (text for kind, text in _OS_ERRORS if isinstance(err, kind))
+    return next(words, None) or err.strerror or str(err)

@@ -113,23 +113,22 @@ def validate(schema: dict[str, Any], params: Any) -> str | None:
     return _check(params, schema or {}, "")
 
 
+_JSON_TYPES: tuple[tuple[Any, str], ...] = (
+    (type(None), "null"),
+    (bool, "boolean"),  # before int: a bool is an int to Python
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    ((list, tuple), "array"),
+    (dict, "object"),
+)
+
+
 def type_of(value: Any) -> str:
     """The JSON type name of a decoded value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    return next(
+        (name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__
+    )
 
 
 def _is(value: Any, name: str) -> bool:
@@ -208,7 +207,7 @@ def _check(value: Any, schema: dict[str, Any], path: str) -> str | None:
         return f"{_where(path)}must be one of {options}; got {_show(value)}"
 
     if isinstance(value, str):
-        return _check_string(value, schema, path)
+        return _check_size(len(value), schema, path, "string")
     if _is(value, "number"):
         return _check_number(value, schema, path)
     if isinstance(value, (list, tuple)):
@@ -218,16 +217,32 @@ def _check(value: Any, schema: dict[str, Any], path: str) -> str | None:
     return None
 
 
-def _check_string(value: str, schema: dict[str, Any], path: str) -> str | None:
-    n = len(value)
-    lo = schema.get("minLength")
-    if lo is not None and n < lo:
-        if lo == 1:
-            return f"{_where(path)}must not be empty"
-        return f"{_where(path)}must be at least {lo} characters long, got {n}"
-    hi = schema.get("maxLength", MAX_STRING)
-    if n > hi:
-        return f"{_where(path)}is too long: {n} characters (limit {_size(hi)})"
+# The size checks of strings and arrays: their keywords, and what is said when
+# one is broken (a minimum of 1 is said as "not empty").
+_SIZES = {
+    "string": (
+        ("minLength", "maxLength", MAX_STRING),
+        "must not be empty",
+        "must be at least {bound} characters long, got {n}",
+        "is too long: {n} characters (limit {limit})",
+    ),
+    "array": (
+        ("minItems", "maxItems", None),
+        "must not be an empty array",
+        "must have at least {bound} items, got {n}",
+        "must have at most {bound} items, got {n}",
+    ),
+}
+
+
+def _check_size(n: int, schema: dict[str, Any], path: str, kind: str) -> str | None:
+    (low, high, default_high), empty, too_few, too_many = _SIZES[kind]
+    bound = schema.get(low)
+    if bound is not None and n < bound:
+        return _where(path) + (empty if bound == 1 else too_few.format(bound=bound, n=n))
+    bound = schema.get(high, default_high)
+    if bound is not None and n > bound:
+        return _where(path) + too_many.format(bound=bound, n=n, limit=_size(bound))
     return None
 
 
@@ -248,15 +263,9 @@ def _check_number(value: float, schema: dict[str, Any], path: str) -> str | None
 
 
 def _check_array(value: Any, schema: dict[str, Any], path: str) -> str | None:
-    n = len(value)
-    lo = schema.get("minItems")
-    if lo is not None and n < lo:
-        if lo == 1:
-            return f"{_where(path)}must not be an empty array"
-        return f"{_where(path)}must have at least {lo} items, got {n}"
-    hi = schema.get("maxItems")
-    if hi is not None and n > hi:
-        return f"{_where(path)}must have at most {hi} items, got {n}"
+    problem = _check_size(len(value), schema, path, "array")
+    if problem:
+        return problem
     items = schema.get("items")
     item_schema = items if isinstance(items, dict) else {}
     base = path or "parameters"
