@@ -17,12 +17,12 @@ from .calls import CallRunner, UserError
 from .calls.follow import task_view
 from .config import Config
 from .nvim_port import NvimPort
-from .statedir import StateDir, log_to_file, open_state_dir
+from .statedir import log_to_file, open_state_dir
 from .tasks.identity import owner_token
 from .tasks.manager import TaskManager
 from .tasks.model import TERMINAL, TaskStatus
-from .tasks.store import MemoryStore, StoreError, TaskStore, open_store
-from .tasks.tuning import EngineTuning
+from .tasks.start import FALLBACK, start_manager
+from .tasks.store import StoreError
 from .tools import command_table
 
 log = logging.getLogger(__name__)
@@ -99,15 +99,8 @@ class Host:
         log_to_file(os.path.join(state.path, "host.log"))
         nvim_pid = int((info or {}).get("nvim_pid") or os.getppid())
         self.owner = owner_token(nvim_pid)
-        tuning = EngineTuning.from_env()
-        store = self._open_store(config, state, tuning.busy_timeout)
-        self.tasks = TaskManager(
-            store,
-            state.path,
-            self.owner,
-            config.tasks,
-            tuning=tuning,
-            on_store_fallback=self._store_failed,
+        self.tasks, self.store_kind = start_manager(
+            config.tasks, state, self.owner, self._store_failed
         )
         self.port.block_on(self.tasks.recover())
         self.calls = CallRunner(self.port, self.tasks, config)
@@ -115,26 +108,9 @@ class Host:
         log.info("host %s started for %s (store %s)", __version__, self.owner, self.store_kind)
         return self._info()
 
-    def _open_store(self, config: Config, state: StateDir, busy_timeout: float) -> TaskStore:
-        """The configured store; memory, with one message, when it cannot be used."""
-        self.store_kind = "sqlite"
-        if config.tasks.store == "memory":
-            self.store_kind = "memory"
-            return MemoryStore()
-        if state.problem is not None:
-            self._store_failed(state.explain())
-            return MemoryStore()
-        path = os.path.join(state.path, "tasks.db")
-        store, problem = open_store("sqlite", path, busy_timeout)
-        if problem is not None:
-            self._store_failed(
-                f"sidekick_tools: {problem}\nTasks are kept in memory for this session."
-            )
-        return store
-
     def _store_failed(self, message: str) -> None:
         log.error("task store unusable: %s", message)
-        self.store_kind = "memory (fallback)"
+        self.store_kind = FALLBACK
         self.port.notify_user(message, "error")
 
     def _reconfigure(self, config: Config) -> None:
@@ -277,7 +253,7 @@ class Host:
 
     @rpc.request
     def rpc_list_tasks(self, opts: dict[str, Any] | None = None) -> Any:
-        status, owner, chats = self._task_filter(opts)
+        status, owner, chats = _task_filter(opts, self.owner)
         opts = dict(opts or {})
         tasks = self.tasks.list(
             status=status,
@@ -322,7 +298,7 @@ class Host:
     @rpc.request
     def rpc_count_tasks(self, opts: dict[str, Any] | None = None) -> Any:
         """How many tasks `list_tasks(opts)` pages through (limit/offset ignored)."""
-        status, owner, chats = self._task_filter(opts)
+        status, owner, chats = _task_filter(opts, self.owner)
         return self.tasks.count(status=status, owner=owner, chats=chats)
 
     @rpc.request
@@ -340,29 +316,30 @@ class Host:
         self.port.block_on(self.port.mirror(int(buf)))
         return self.calls.token_at(int(buf), int(row))
 
-    def _task_filter(
-        self, opts: dict[str, Any] | None
-    ) -> tuple[str | None, str | None, list[str] | None]:
-        """(status, owner, chats) of a task query from Lua's options.
 
-        ``status`` "all" (or none) means every status. The scope is this
-        Neovim's tasks: the ones it owns, and the ones started from the chats
-        given in ``chats`` (the chats open in it: after a restart their tasks
-        belong to the Neovim that ran them). ``owner = "any"`` (or ``all``):
-        every Neovim's and agent's tasks."""
-        opts = dict(opts or {})
-        status = opts.get("status") or None
-        if status == "all":
-            status = None
-        if status is not None and status not in LIST_STATUSES:
-            raise UserError(
-                f"sidekick_tools: unknown status {status!r}; use one of "
-                + ", ".join((*LIST_STATUSES, "all"))
-            )
-        if opts.get("all") or opts.get("owner") == "any":
-            return status, None, None
-        chats = [str(c) for c in _list(opts.get("chats")) if c]
-        return status, self.owner, chats or None
+def _task_filter(
+    opts: dict[str, Any] | None, owner: str
+) -> tuple[str | None, str | None, list[str] | None]:
+    """(status, owner, chats) of a task query from Lua's options.
+
+    ``status`` "all" (or none) means every status. The scope is this
+    Neovim's tasks: the ones it (``owner``) owns, and the ones started from the chats
+    given in ``chats`` (the chats open in it: after a restart their tasks
+    belong to the Neovim that ran them). ``owner = "any"`` (or ``all``):
+    every Neovim's and agent's tasks."""
+    opts = dict(opts or {})
+    status = opts.get("status") or None
+    if status == "all":
+        status = None
+    if status is not None and status not in LIST_STATUSES:
+        raise UserError(
+            f"sidekick_tools: unknown status {status!r}; use one of "
+            + ", ".join((*LIST_STATUSES, "all"))
+        )
+    if opts.get("all") or opts.get("owner") == "any":
+        return status, None, None
+    chats = [str(c) for c in _list(opts.get("chats")) if c]
+    return status, owner, chats or None
 
 
 def _status(task: Any) -> str:

@@ -30,11 +30,9 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from .. import __version__
-from ..statedir import StateDir, log_to_file, open_state_dir
+from ..statedir import log_to_file, open_state_dir
 from ..tasks.identity import owner_token
-from ..tasks.manager import TaskManager
-from ..tasks.store import MemoryStore, TaskStore, open_store
-from ..tasks.tuning import EngineTuning
+from ..tasks.start import start_manager
 from .face import SPECS, Face, UnknownTool
 from .settings import ConfigSource, Options
 
@@ -103,36 +101,14 @@ def _client_name(ctx: Any) -> str | None:
     return getattr(info, "name", None)
 
 
-def open_manager(source: ConfigSource, state: StateDir) -> TaskManager:
-    config = source.current()
-    tuning = EngineTuning.from_env()
-    store: TaskStore
-    if config.tasks.store == "memory":
-        store = MemoryStore()  # the user keeps no task history: none is shared either
-    elif state.problem is not None:
-        log.error("%s", state.explain())
-        store = MemoryStore()
-    else:
-        path = os.path.join(state.path, "tasks.db")
-        store, problem = open_store("sqlite", path, tuning.busy_timeout)
-        if problem is not None:
-            log.error("task store unusable, tasks are kept in memory: %s", problem)
-    return TaskManager(
-        store,
-        state.path,
-        owner_token(os.getpid()),
-        config.tasks,
-        tuning=tuning,
-        on_store_fallback=lambda message: log.error("%s", message),
-    )
-
-
 async def serve(options: Options) -> int:
     """Serve one client over stdio until it leaves; the process's exit code."""
     state = open_state_dir(options.state_dir)
     log_to_file(os.path.join(state.path, "mcp.log"))
     source = ConfigSource(options)
-    manager = open_manager(source, state)
+    manager, _ = start_manager(
+        source.current().tasks, state, owner_token(os.getpid()), lambda m: log.error("%s", m)
+    )
     await manager.recover()
     face = Face(manager, source, os.getcwd())
     server = build_server(face)
