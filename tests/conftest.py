@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,57 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: floa
             return last
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s; last value: {last!r}")
+
+
+def answers(request: Callable[[], Any], deadline: float = 20.0) -> Any:
+    """``request()`` (an editor request) run in a thread: its value, or an
+    AssertionError when it has not answered by ``deadline``. Tests that check
+    the editor is never held make what could hold it last longer than the
+    deadline, so a held editor fails here instead of hanging the suite; the
+    deadline is a wait, not a speed figure."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = request()
+        except BaseException as exc:  # shown to the test below
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(deadline)
+    if "error" in box:
+        raise box["error"]
+    if "value" not in box:
+        raise AssertionError(f"the editor gave no answer within {deadline} s")
+    return box["value"]
+
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live processes below ``pid`` (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] not in ("Z", "X"):
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[tuple[int, str]] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                argv = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        found.append((child, argv))
+        todo += children.get(child, [])
+    return found
 
 
 async def until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:

@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
-import time
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import answers, descendants, wait_for
 from tests.fake_provider import ThreadedFakeProvider, reply, tool_call
 from tests.fake_provider.anthropic_wire import events as anthropic_events
 from tests.fake_provider.anthropic_wire import sse as anthropic_sse
@@ -160,13 +158,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_f4_a_hostile_task_output_filter_freezes_the_editor(editors):
+def test_f4_a_hostile_task_output_filter_freezes_the_editor(editors, monkeypatch):
     """DESIGN §12: "a filter regex runs with a time limit"; issue 15 names this
     very case. task_output's filter runs Python `re` with no limit: a chained,
     auto-approved task_output on the chat's own task with filter ^(a+)+$ over a
     line of 30 a's and a ! keeps the host busy for minutes (40 a's: days), and
     every editor request to the host (any :Sidekick command, list_tasks())
-    blocks Neovim meanwhile (rpcrequest is synchronous)."""
+    blocks Neovim meanwhile (rpcrequest is synchronous). The filter's time limit
+    is set past the deadline of the editor request below, so a host that waited
+    for the regex in any way would miss it."""
+    tuning = json.loads(os.environ["SIDEKICK_TOOLS_TUNING"])
+    monkeypatch.setenv("SIDEKICK_TOOLS_TUNING", json.dumps({**tuning, "filter_time_limit": 60}))
     ed = editors()
     ed.setup(tasks={"hybrid_threshold": 5})
     line = "a" * 30 + "!"
@@ -190,25 +192,18 @@ def test_f4_a_hostile_task_output_filter_freezes_the_editor(editors):
         ],
     )
     ed.run_tool(header_row(ed, "c2") + 1)  # the user runs c2; c3 (own task) follows unasked
-    time.sleep(1.5)
-    box: dict = {}
 
-    def probe() -> None:
-        t = time.monotonic()
-        try:
-            box["tasks"] = ed.lua("return #require('sidekick_tools').list_tasks()")
-        except Exception as exc:  # the host was killed below to unfreeze the editor
-            box["error"] = repr(exc)
-            return
-        box["seconds"] = time.monotonic() - t
+    def matcher() -> list[int]:
+        return [p for p, argv in descendants(pid) if "re.compile" in argv]
 
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(5)
-    if _alive(pid):  # unfreeze the editor whatever happened
-        os.kill(pid, signal.SIGKILL)
-    assert "seconds" in box, "an editor request got no answer within 5 s"
-    assert box["seconds"] < 1.0, box
+    try:
+        wait_for(matcher)  # c3's filter is running, in a process of its own
+        count = answers(lambda: ed.lua("return #require('sidekick_tools').list_tasks()"))
+        assert count == 2
+        assert matcher(), "the filter ended before the editor answered"
+    finally:
+        for child in matcher():
+            os.kill(child, signal.SIGKILL)
 
 
 # --------------------------------------------------------------------------- finding 6
@@ -310,28 +305,29 @@ def test_f9_a_reply_with_one_long_line_freezes_editor_requests(editor):
     diffs the reply's last line with a per-character Python loop
     (reply_render._common_prefix): a reply that is one long line (minified code,
     base64, or a hostile server) costs O(length) per frame on the host's event
-    loop, quadratic in all. 6 MiB in 256 KiB deltas hold editor requests for
-    seconds (16 MiB: 45 s measured)."""
+    loop, quadratic in all (16 MiB: editor requests held 45 s). The unit test
+    test_a_long_line_is_compared_in_slices_never_character_by_character holds
+    the diff to a few slice comparisons; here the long line arrives whole, byte
+    for byte, and editor requests through the host are answered while it streams."""
     with ThreadedFakeProvider(api_key=KEY) as fake:
-        fake.push(reply("x" * (6 << 20), chunk=256 << 10, tokens_per_second=20))
+        fake.push(reply("x" * (2 << 20), chunk=128 << 10, tokens_per_second=20))
         use_fake(editor, fake, KEY)
         editor.open_chat("USER: hi\n")
         send(editor)
         wait_for(lambda: len(fake.requests) == 1)
-        full = len("ASSISTANT: ") + (6 << 20)
-        worst = 0.0
+        full = len("ASSISTANT: ") + (2 << 20)
+        answered_while_streaming = 0
 
         def streamed() -> bool:  # each probe is an editor request through the host
-            nonlocal worst
-            t = time.monotonic()
-            editor.lua("return #require('sidekick_tools').list_tasks()")
-            worst = max(worst, time.monotonic() - t)
-            return editor.lua("return #vim.api.nvim_buf_get_lines(0, 2, 3, false)[1]") == full
+            nonlocal answered_while_streaming
+            answers(lambda: editor.lua("return #require('sidekick_tools').list_tasks()"))
+            length = editor.lua("return #vim.api.nvim_buf_get_lines(0, 2, 3, false)[1]")
+            answered_while_streaming += 0 < length < full
+            return length == full
 
         wait_for(streamed, timeout=120, interval=0.05)
-        # Alone, the worst wait is about 0.2 s; the bound leaves room for the
-        # parallel suite on two cores (1.6 s seen there). Before the fix: 45 s.
-        assert worst < 3.0, f"an editor request waited {worst:.1f} s"
+        assert answered_while_streaming > 0
+        assert editor.lines()[2] == "ASSISTANT: " + "x" * (2 << 20)
 
 
 # --------------------------------------------------------------------------- finding 10

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from sidekick_tools.chat import reply_render
 from sidekick_tools.chat.blocks import (
     ASSISTANT,
     BlockEnd,
@@ -356,6 +357,29 @@ def test_diff_edit_applied_gives_the_new_lines(seed):
     else:
         assert isinstance(edit, Edit)
         assert apply_edit(old, edit) == new
+
+
+def test_a_long_line_is_compared_in_slices_never_character_by_character():
+    """A reply that is one long line is diffed every frame: the common prefix of
+    its two versions takes a few slice comparisons, never a step per character
+    (a Python loop over a 16 MiB line held the host 45 s)."""
+
+    class Counted(str):
+        reads = 0
+
+        def __getitem__(self, key):  # type: ignore[override]
+            Counted.reads += 1
+            return str.__getitem__(self, key)
+
+    n = 1 << 20
+    old = Counted("x" * n + "a" + "y" * 10)
+    changed = Counted("x" * n + "b" + "y" * 10)
+    assert reply_render._common_prefix(old, changed) == n
+    assert 0 < Counted.reads < 100  # about 2 log2(n) slices, then at most 16 characters
+    Counted.reads = 0
+    grown = Counted(old + "z" * 100)
+    assert reply_render._common_prefix(old, grown) == len(old)
+    assert Counted.reads == 0  # a line that grew at its end: one startswith
 
 
 def test_appending_to_a_line_is_a_small_edit_with_byte_columns():
