@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 STYLUA := node_modules/.bin/stylua
 HEADLESS ?=
 PYTEST_ARGS ?=
+# pytest workers: the integration tests wait on editors and processes about a
+# third of the time, so twice the cores keeps them busy
+WORKERS ?= $(shell echo $$(( 2 * $$(nproc 2>/dev/null || echo 1) )))
 # folders to lint; $(wildcard) so a folder that does not exist yet is no error
 PY_SRC := $(wildcard rplugin tests bench examples)
 LUA_SRC := $(wildcard lua plugin tests bench examples)
@@ -39,7 +42,7 @@ format: setup $(STYLUA)
 # integration tests run on every Neovim of tests/nvims.py; NVIM=0.11 (or 0.12-dev, or a path) picks one
 test: setup lint
 	rm -f .coverage .coverage.*
-	NVIM=$(NVIM) COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(PY) -m pytest -q -n 2 -m "not bench" \
+	NVIM=$(NVIM) COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(PY) -m pytest -q -n $(WORKERS) -m "not bench" \
 	  --cov=sidekick_tools --cov-report=term --cov-fail-under=80 $(PYTEST_ARGS)
 
 demo: setup

@@ -21,6 +21,12 @@ os.environ.setdefault(
 )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked slow first: started last, one of them would keep the whole
+    parallel run waiting on a single worker."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02) -> Any:
     """Poll `predicate` until it returns a truthy value; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -80,6 +80,7 @@ def log_path(editor, token: str) -> Path:
     return Path(editor.state_dir) / "tasks" / token / "stdout"
 
 
+@pytest.mark.slow
 def test_seed_workflow_delegate_await_read_list_halt(editor):
     r1 = editor.workdir / "release-1"
     editor.setup(

@@ -221,6 +221,7 @@ def _deep_tool_reply(depth: int) -> object:
     return reply(raw_body=body.replace(b'[\\"PLACEHOLDER\\"]', deep))
 
 
+@pytest.mark.slow
 def test_f6_a_deeply_nested_tool_input_leaves_the_chat_stuck_streaming(editor):
     """DESIGN §12: JSON nesting is bounded and each call's problem stays that
     call's. The chat parser bounds nesting, but chat/reply.py parse_tool_input
@@ -299,6 +300,7 @@ def test_f8_a_private_key_read_without_its_begin_line_reaches_the_model(editor):
 
 
 # --------------------------------------------------------------------------- finding 9
+@pytest.mark.slow
 def test_f9_a_reply_with_one_long_line_freezes_editor_requests(editor):
     """DESIGN §9/§10/§12: the host never blocks on what the model controls, and
     editor requests stay fast while a reply streams. Every frame the renderer
@@ -378,6 +380,7 @@ def test_f10_one_auto_run_read_files_call_grows_the_host_by_hundreds_of_mb(edito
 
 
 # --------------------------------------------------------------------------- finding 12
+@pytest.mark.slow
 def test_f12_after_stop_a_models_background_task_restarts_the_loop(editor):
     """DESIGN §10: :SidekickStop "disarms the loop". A model that first started an
     auto-approved background task (`tail -F --retry x`, async) is stopped by the

@@ -49,6 +49,7 @@ def counts(folder: Path) -> dict[str, int]:
     return {p.name: len(p.read_text()) for p in folder.iterdir()}
 
 
+@pytest.mark.slow
 def test_kill_9_during_a_burst_of_300_writes_runs_each_call_once(editor):
     """300 calls run with :SidekickRunTools!; the host is killed while their
     running and final blocks are being written. A new host, and the user

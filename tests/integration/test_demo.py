@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_headless_demo_walks_the_chat_loop_against_the_scripted_model() -> None:
     """The printed chat: the streamed replies, the safe calls' results sent back
     by the loop, the command run after consent, and the final answer that
@@ -100,6 +101,7 @@ def _read_until(fd: int, predicate, timeout: float = 60) -> str:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_interactive_demo_sends_on_its_key_and_cleans_up_on_exit() -> None:
     """`make demo` in a terminal: the hint stays on screen, the send key streams
     the scripted reply and the loop stops at the call that needs consent; the

@@ -226,6 +226,7 @@ def test_sidekick_install_installs_what_pyproject_names(editor):
 
 
 @pytest.mark.skipif(os.environ.get("SIDEKICK_SKIP_INSTALL_TEST") == "1", reason="opted out")
+@pytest.mark.slow
 def test_sidekick_install_creates_a_working_venv(editor):
     editor.lua(
         "_G.__install = nil\n"

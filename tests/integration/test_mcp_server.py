@@ -275,6 +275,7 @@ async def test_secrets_are_masked_in_answers(env):
     assert key in Path(stored(state, token).log_path).read_text()  # the log keeps it (0600)
 
 
+@pytest.mark.slow
 async def test_kill_9_mid_task_then_a_new_server_recovers_it(env):
     state, work = env
     marker = work / "release"
@@ -295,6 +296,7 @@ async def test_kill_9_mid_task_then_a_new_server_recovers_it(env):
     assert head(done)["status"] == "completed" and head(done)["summary"] == "survived"
 
 
+@pytest.mark.slow
 async def test_exit_halts_the_servers_tasks_unless_told_to_keep_them(env):
     state, work = env
     async with connect(server_params(state, work)) as session:

@@ -77,6 +77,7 @@ def test_never_notifies(editor):
     assert not any(f"task {token}" in n for n in editor.notifications())
 
 
+@pytest.mark.slow
 def test_running_diagnostic_shows_progress_and_ticks(editor):
     editor.setup()
     marker = editor.workdir / "release"
@@ -122,6 +123,7 @@ def test_unchanged_diagnostics_are_not_set_again(editor):
     assert counted == 2
 
 
+@pytest.mark.slow
 def test_progress_reported_before_going_background_stays_in_the_diagnostic(editor):
     editor.setup(tasks={"hybrid_threshold": 2})
     marker = editor.workdir / "release"

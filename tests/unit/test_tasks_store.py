@@ -304,6 +304,7 @@ def test_sqlite_persists_across_instances(tmp_path) -> None:
     b.close()
 
 
+@pytest.mark.slow
 def test_ten_thousand_tasks_first_page_uses_indexes(tmp_path) -> None:
     store = SqliteStore(str(tmp_path / "tasks.db"))
     statuses = [S.COMPLETED, S.FAILED, S.CANCELLED, S.COMPLETED]
