@@ -1,5 +1,6 @@
 """Running the tool calls of chat buffers (DESIGN §5-§7).
 
+    context.py   what the parts share: the editor, the registry, the tasks, the settings
     registry.py  the calls this host follows, and their states
     chain.py     what the user runs, and the chain of auto-acceptable calls after it
     writer.py    results and notices written into buffers, batched, never lost in silence
