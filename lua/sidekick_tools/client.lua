@@ -4,8 +4,9 @@
 --
 -- Events (`M.on(kind, fn)`):
 --   "call"   { buf, mark, state, tool, ... }: a followed call's state changed
---   "calls"  { buf, prompt }: buf's call states changed; `prompt`: the user just
---            acted on buf, so drawing it should not wait
+--   "calls"  { buf, prompt, rewritten }: buf's call states changed; `prompt`: the
+--            user just acted on buf, so drawing it should not wait; `rewritten`:
+--            an edit went over call rows (a formatter), so marks drawn there moved
 --   "task"   { kind, task, finished }: a task was queued, started, progressed
 --            or ended; `task` has list_tasks()'s fields, missing ones nil
 --   "notify" { msg, level }: a message of the host's for the user
@@ -76,8 +77,8 @@ local function now_ms()
   return vim.uv.hrtime() / 1e6
 end
 
-local function changed(buf)
-  emit("calls", { buf = buf, prompt = now_ms() < (prompt_until[buf] or 0) })
+local function changed(buf, rewritten)
+  emit("calls", { buf = buf, prompt = now_ms() < (prompt_until[buf] or 0), rewritten = rewritten })
 end
 
 --- Task tables arrive with vim.NIL for missing values; turn those into nil (in place).
@@ -129,7 +130,7 @@ function handlers.scan(ev)
     end
   end
   M.scanned[ev.buf] = ev.items or {}
-  changed(ev.buf)
+  changed(ev.buf, ev.rewritten == true)
 end
 
 function handlers.task(ev)

@@ -205,6 +205,43 @@ def test_running_state_stays_in_view_after_a_format_on_save(editor):
     editor.wait_diag(4, "✓")
 
 
+def shown_rows(editor) -> list[int]:
+    """Rows where Neovim draws the plugin's diagnostics (their signs and virtual
+    text are extmarks of namespaces of their own)."""
+    return editor.lua(
+        "local rows = {}\n"
+        "for name, ns in pairs(vim.api.nvim_get_namespaces()) do\n"
+        "  if name:find('sidekick_tools', 1, true) and name:find('diagnostic', 1, true) then\n"
+        "    for _, m in ipairs(vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, {})) do\n"
+        "      rows[m[2]] = true\n"
+        "    end\n"
+        "  end\n"
+        "end\n"
+        "local out = vim.tbl_keys(rows) table.sort(out) return out"
+    )
+
+
+def test_a_formatter_rewriting_every_line_leaves_each_state_on_its_call(editor):
+    """`:%!cat` (any formatter) replaces every line: every extmark, the ones
+    Neovim draws the diagnostics with included, goes to the first line. The
+    finished call's ✓ and the pending call's ▶ come back to their calls."""
+    editor.setup()
+    editor.open_chat(HEAD + call("a", "echo one") + "\n" + call("b", "echo two > two.txt"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=a status=completed exit=0")
+    pending = row_of(editor, "```tool run_terminal_command id=b")
+    editor.wait_diag(4, "✓")
+    editor.wait_diag(pending, "▶")
+    wait_for(lambda: shown_rows(editor) == [4, pending])
+    editor.nvim.command("%!cat")
+    wait_for(lambda: shown_rows(editor) == [4, pending])
+    assert editor.diag_at(4)["message"].startswith("✓")
+    assert editor.diag_at(pending)["message"].startswith("▶")
+    # and the chat goes on: the pending call runs from its row
+    editor.run_tool(pending + 1)
+    editor.wait_text("```result id=b status=")
+
+
 def test_deny_plan_and_run_call_requests(editor):
     """The host side of :SidekickDeny, :SidekickRunTools' confirmation and rerun."""
     editor.setup()

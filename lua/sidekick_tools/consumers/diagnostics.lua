@@ -179,6 +179,11 @@ end
 
 local function on_calls(ev)
   local buf = ev.buf
+  if ev.rewritten then
+    -- the edit moved the diagnostics' own marks (a formatter rewriting every
+    -- line puts them all on the first): set them again, same text or not
+    drawn[buf] = nil
+  end
   if draw_pending[buf] then
     return
   end

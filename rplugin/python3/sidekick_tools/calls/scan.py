@@ -3,7 +3,10 @@
 A change to a chat is scanned a moment later (typing is debounced): the calls
 no host follows get their state from the text (chat/states.py); the followed
 ones get their header row, so a mark that saving, reloading or a formatter
-dropped is set again. Nothing is sent when nothing a diagnostic shows changed.
+dropped is set again. Nothing is sent when nothing a diagnostic shows changed,
+unless the change went over a call's row: a formatter that rewrites every line
+moves every mark, Neovim's diagnostics' own included, to the top (``rewritten``:
+Lua then draws them again where they belong).
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ class DiagnosticScan:
         self.registry = registry
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._sent: dict[int, Any] = {}  # last scan sent (items, anchors), per buffer
-        # Rows of the followed call headers each buffer's last scan found: an edit
-        # over one of them (a formatter rewriting the buffer) may have dropped its
-        # extmark, so the next scan sends the rows to set the marks again.
-        self._anchor_rows: dict[int, set[int]] = {}
+        # Rows of the call headers with a state each buffer's last scan found: an
+        # edit over one of them (a formatter rewriting the buffer) may have moved
+        # its extmarks, so the next scan sends the rows to set the marks again.
+        self._call_rows: dict[int, set[int]] = {}
         self._touched: set[int] = set()
         # running blocks of each buffer that name a task this host does not
         # follow, with why (a forged or copied block): shown as such
@@ -42,7 +45,7 @@ class DiagnosticScan:
 
     def changed(self, buf: int, first: int, last: int) -> None:
         """Text changed in rows [first, last) (old numbering; last -1: to the end)."""
-        rows = self._anchor_rows.get(buf)
+        rows = self._call_rows.get(buf)
         if rows and any(first <= r and (last < 0 or r < last) for r in rows):
             self._touched.add(buf)
         self.schedule(buf)
@@ -71,11 +74,12 @@ class DiagnosticScan:
                 del followed[tracked.call_id]
                 continue
             anchors.append([tracked.mark, call.start_row])
-        self._anchor_rows[buf] = {row for _, row in anchors}
         items = scan_items(chat, set(followed), call_problem, self.unfollowed.get(buf))
+        self._call_rows[buf] = {row for _, row in anchors} | {item["row"] for item in items}
         touched = buf in self._touched
         self._touched.discard(buf)
         if not touched and (items, anchors) == self._sent.get(buf):
             return  # typing inside a message changes no call's state: Neovim redraws nothing
         self._sent[buf] = (items, anchors)
-        self.port.emit({"type": "scan", "buf": buf, "items": items, "anchors": anchors})
+        event = {"type": "scan", "buf": buf, "items": items, "anchors": anchors}
+        self.port.emit({**event, "rewritten": True} if touched else event)
