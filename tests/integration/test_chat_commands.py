@@ -80,6 +80,33 @@ def test_send_and_stop_commands(editor, fake):
     wait_for(lambda: fake.requests[1].disconnected)
 
 
+def test_usage_stays_on_its_reply_or_goes_when_a_formatter_rewrites_the_chat(editor, fake):
+    """A reply's token usage is virtual text on its ASSISTANT: line. A formatter
+    that rewrites every line moves every extmark to the first line: there the
+    usage of every reply would pile up on the USER: line, so it is dropped."""
+    fake.push(reply("First answer."), reply("Second answer."))
+    setup(editor, fake)
+    editor.open_chat("USER: hello\n")
+    editor.nvim.command("SidekickSend")
+    wait_replies(editor, 1)
+    editor.nvim.command("call setline('$', 'USER: more')")
+    editor.nvim.command("SidekickSend")
+    wait_replies(editor, 2)
+    shown = (
+        "local ns = vim.api.nvim_create_namespace('sidekick_tools_usage')\n"
+        "local out = {}\n"
+        "for _, m in ipairs(vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })) do\n"
+        "  if not m[4].invalid then table.insert(out, m[2]) end\n"
+        "end\n"
+        "return out"
+    )
+    rows = editor.lua(shown)
+    assert len(rows) == 2
+    assert all(editor.lines()[r].startswith("ASSISTANT: ") for r in rows)
+    editor.nvim.command("%!cat")
+    assert editor.lua(shown) == []
+
+
 def test_send_and_stop_keys_are_buffer_local_and_configurable(editor, fake):
     fake.push(reply("Answer by key."), reply("word " * 40, chunk=4, hang_after=8))
     setup(editor, fake, opts={"keymaps": {"send": "<F6>", "stop": "<F7>"}})

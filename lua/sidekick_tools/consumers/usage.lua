@@ -1,5 +1,6 @@
 -- Tokens in and out (and cache reads) of each reply, as virtual text at the end
--- of its ASSISTANT: line; never in the text.
+-- of its ASSISTANT: line; never in the text. A line rewritten (a formatter, a
+-- reload) takes its usage with it, rather than leave it on another line.
 local client = require("sidekick_tools.client")
 local reply_region = require("sidekick_tools.reply_region")
 
@@ -14,6 +15,7 @@ local function show(ev)
       id = ev.mark,
       virt_text = { { ev.text, "Comment" } },
       virt_text_pos = "eol",
+      invalidate = true,
       undo_restore = false,
     })
   end
