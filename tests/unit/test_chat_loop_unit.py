@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from sidekick_tools.calls.context import CallContext
@@ -44,3 +45,24 @@ async def test_an_internal_error_after_the_answer_is_said_not_lost(caplog):
     assert "boom" not in port.told[0][0]  # the details are in the host log
     assert "boom" in caplog.text
     assert not session.armed
+
+
+async def test_setup_again_with_other_timeouts_gives_sends_a_client_with_them():
+    """setup() again: the next send's HTTP client has the new timeouts and tries;
+    the old client is closed once no chat is sending or streaming."""
+    ctx = CallContext(Port(), None, None, Config.from_dict({}))
+    loop = ChatLoop(ctx, None, None)
+    first = loop.client()
+    assert loop.client() is first  # the same settings: the same client
+    closed: list[bool] = []
+
+    async def aclose() -> None:
+        closed.append(True)
+
+    first.aclose = aclose  # type: ignore[method-assign]
+    ctx.config = Config.from_dict({"chat": {"timeouts": {"read": 7}, "max_attempts": 2}})
+    second = loop.client()
+    assert second is not first
+    assert (second.timeouts.read, second.max_attempts) == (7, 2)
+    await asyncio.gather(*loop._bg)
+    assert closed == [True]

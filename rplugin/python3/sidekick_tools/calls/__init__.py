@@ -54,7 +54,8 @@ class CallRunner:
 
     @config.setter
     def config(self, config: Config) -> None:
-        """`setup()` again: every part works with the new settings."""
+        """`setup()` again: every part reads the new settings from here (the chat
+        loop makes its HTTP client again when its timeouts or tries changed)."""
         self.ctx.config = config
 
     async def run_tool(self, buf: int, row: int, cwd: str, gate: Any = None) -> dict[str, Any]:

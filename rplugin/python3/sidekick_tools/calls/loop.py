@@ -268,13 +268,17 @@ class ChatLoop:
             )
 
     def client(self) -> Any:
-        if self._client is None:
-            from ..llm import ChatClient, ChatConfig
+        """The HTTP client, made again when setup() changed its timeouts or its
+        tries (a stream under way keeps reading through the one it began with)."""
+        from ..llm import ChatClient, ChatConfig
 
-            settings = ChatConfig.from_dict(self._chat_cfg())
-            self._client = ChatClient(
-                timeouts=settings.timeouts, max_attempts=settings.max_attempts
-            )
+        settings = ChatConfig.from_dict(self._chat_cfg())
+        wanted = (settings.timeouts, settings.max_attempts)
+        current = self._client
+        if current is None or (current.timeouts, current.max_attempts) != wanted:
+            self._client = ChatClient(timeouts=wanted[0], max_attempts=wanted[1])
+            if current is not None and not any(s.busy for s in self.sessions.values()):
+                self._spawn(current.aclose())
         return self._client
 
     def _chat_cfg(self) -> dict[str, Any]:
