@@ -107,7 +107,10 @@ async def serve(options: Options) -> int:
     log_to_file(os.path.join(state.path, "mcp.log"))
     source = ConfigSource(options)
     manager, _ = start_manager(
-        source.current().tasks, state, owner_token(os.getpid()), lambda m: log.error("%s", m)
+        source.current().tasks,
+        state,
+        owner_token(os.getpid()),
+        lambda m: log.error("task store unusable: %s", m),
     )
     await manager.recover()
     face = Face(manager, source, os.getcwd())
