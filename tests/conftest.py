@@ -39,12 +39,17 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: floa
     raise AssertionError(f"condition not met within {timeout}s; last value: {last!r}")
 
 
-def answers(request: Callable[[], Any], deadline: float = 20.0) -> Any:
+def answers(
+    request: Callable[[], Any],
+    deadline: float = 20.0,
+    unblock: Callable[[], Any] | None = None,
+) -> Any:
     """``request()`` (an editor request) run in a thread: its value, or an
-    AssertionError when it has not answered by ``deadline``. Tests that check
-    the editor is never held make what could hold it last longer than the
-    deadline, so a held editor fails here instead of hanging the suite; the
-    deadline is a wait, not a speed figure."""
+    AssertionError when it has not answered by ``deadline``, after ``unblock()``
+    (kill what holds the editor: the thread, and the editor, are then free for
+    the test's clean-up). Tests that check the editor is never held make what
+    could hold it last longer than the deadline, so a held editor fails here
+    instead of hanging the suite; the deadline is a wait, not a speed figure."""
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -56,10 +61,14 @@ def answers(request: Callable[[], Any], deadline: float = 20.0) -> Any:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(deadline)
+    held = thread.is_alive()
+    if held and unblock is not None:
+        unblock()
+        thread.join(deadline)
+    if held:
+        raise AssertionError(f"the editor gave no answer within {deadline} s")
     if "error" in box:
         raise box["error"]
-    if "value" not in box:
-        raise AssertionError(f"the editor gave no answer within {deadline} s")
     return box["value"]
 
 
@@ -70,11 +79,11 @@ def descendants(pid: int) -> list[tuple[int, str]]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/stat", "rb") as f:  # a name may not be UTF-8
+                fields = f.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        if fields[0] not in ("Z", "X"):
+        if fields[0] not in (b"Z", b"X"):
             children.setdefault(int(fields[1]), []).append(int(entry))
     found: list[tuple[int, str]] = []
     todo = list(children.get(pid, []))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,19 @@ class Editor:
     def run_tool(self, lnum: int) -> Any:
         self.nvim.command(f"call cursor({lnum}, 1)")
         return self.lua("return require('sidekick_tools').run_tool()")
+
+    def host_pid(self) -> int:
+        """The pid of this editor's host; 0 when none runs."""
+        return self.lua(
+            "local chan = require('sidekick_tools.host').channel()\n"
+            "return chan and vim.fn.jobpid(chan) or 0"
+        )
+
+    def kill_host(self) -> None:
+        """SIGKILL this editor's host, if one runs (whatever held it is let go)."""
+        pid = self.host_pid()
+        if pid:
+            os.kill(pid, signal.SIGKILL)
 
     def messages(self) -> str:
         return self.nvim.exec("messages", True) if hasattr(self.nvim, "exec") else ""

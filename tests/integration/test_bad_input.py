@@ -14,13 +14,9 @@ pytestmark = pytest.mark.integration
 HEAD = "USER: go\n\nASSISTANT: Working on it.\n\n"
 
 
-def host_pid(editor) -> int:
-    return editor.lua("return vim.fn.jobpid(require('sidekick_tools.host').channel())")
-
-
 def assert_host_alive(editor, pid: int) -> None:
     assert editor.lua("return require('sidekick_tools.host').request('ping')") == "pong"
-    assert host_pid(editor) == pid
+    assert editor.host_pid() == pid
 
 
 def row_of(editor, prefix: str) -> int:
@@ -47,7 +43,7 @@ def test_bad_call_gets_a_failed_result_and_an_error_diagnostic(editor, body, too
     editor.open_chat(HEAD + f"```tool {tool} id=bad\n{body}\n```\n")
     pid_before = None
     editor.run_tool(6)
-    pid_before = host_pid(editor)
+    pid_before = editor.host_pid()
     text = editor.wait_text("```result id=bad status=failed")
     assert expected in text
     d = editor.wait_diag(4, f"✗ {tool}")
@@ -65,7 +61,7 @@ def test_unclosed_fence_is_reported_and_nothing_is_written(editor):
     d = editor.wait_diag(4, "✗ run_terminal_command")
     assert "Unclosed fence" in d["message"]
     assert editor.lines() == before
-    assert_host_alive(editor, host_pid(editor))
+    assert_host_alive(editor, editor.host_pid())
 
 
 def test_duplicate_ids_are_reported(editor):
@@ -86,7 +82,7 @@ def test_ten_megabyte_parameter(editor):
     editor.run_tool(5)
     d = editor.wait_diag(4, "✗ run_terminal_command", timeout=60)
     assert "large" in d["message"]
-    assert_host_alive(editor, host_pid(editor))
+    assert_host_alive(editor, editor.host_pid())
     assert len(editor.lines()[5]) == len(big)  # the call itself is untouched
 
 

@@ -22,15 +22,8 @@ def call(call_id: str, command: str) -> str:
     return f"```tool run_terminal_command id={call_id}\n{json.dumps({'command': command})}\n```\n"
 
 
-def host_pid(editor) -> int:
-    return editor.lua(
-        "local chan = require('sidekick_tools.host').channel()\n"
-        "return chan and vim.fn.jobpid(chan) or 0"
-    )
-
-
 def kill_host(editor) -> None:
-    pid = host_pid(editor)
+    pid = editor.host_pid()
     assert pid > 0
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not editor.lua("return require('sidekick_tools.host').running()"), 10)

@@ -21,10 +21,13 @@ def call(call_id: str, tool: str = "run_terminal_command", **params) -> str:
 
 
 def serving(editor) -> bool:
-    """The host and Neovim answer a request, by the deadline of ``answers``."""
+    """The host and Neovim still answer (by the deadline of ``answers``). That
+    no wait of the host's holds the editor is test_f4's (a filter) and the
+    store's busy timeout's (50 ms, tests/unit/test_tasks_store.py) to show."""
     ping = "return require('sidekick_tools.host').request('ping')"
     return (
-        answers(lambda: editor.lua(ping)) == "pong" and answers(lambda: editor.nvim.eval("1")) == 1
+        answers(lambda: editor.lua(ping), unblock=editor.kill_host) == "pong"
+        and answers(lambda: editor.nvim.eval("1"), unblock=editor.kill_host) == 1
     )
 
 
@@ -55,8 +58,8 @@ def test_a_database_locked_mid_session_never_holds_the_editor(editor):
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
     try:
-        # all of this while the lock is held: the host waits for it nowhere
-        answers(lambda: editor.run_tool(row))
+        # all of this while the lock is held: nothing waits for it to end
+        answers(lambda: editor.run_tool(row), unblock=editor.kill_host)
         text = editor.wait_text("```result id=b status=completed exit=0")
         assert "during-lock" in text.split("```result id=b")[1]
         assert serving(editor)
@@ -107,7 +110,7 @@ def test_a_hostile_filter_never_holds_the_editor(editor):
     editor.wait_text("```result id=p status=completed exit=0")
     token = editor.lua("return require('sidekick_tools').list_tasks()")[0]["id"]
     row = add_message(editor, call("q", "task_output", task=token, filter="^(a+)+$"))
-    answers(lambda: editor.run_tool(row))
-    assert serving(editor)  # the regex runs in its own process (test_f4 holds it there)
+    answers(lambda: editor.run_tool(row), unblock=editor.kill_host)
+    assert serving(editor)  # the regex runs in its own process (test_f4 shows it)
     text = editor.wait_text("```result id=q status=failed", timeout=30)
     assert "filter took too long" in text
