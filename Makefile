@@ -7,8 +7,10 @@ STYLUA := node_modules/.bin/stylua
 HEADLESS ?=
 PYTEST_ARGS ?=
 # pytest workers: the integration tests wait on editors and processes about a
-# third of the time, so twice the cores keeps them busy
-WORKERS ?= $(shell echo $$(( 2 * $$(nproc 2>/dev/null || echo 1) )))
+# third of the time, so twice the cores keeps them busy (at most 8: each starts
+# Neovims and hosts, and a container may show more cores than it may use)
+WORKERS ?= $(shell n=$$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1); \
+  echo $$(( 2 * n > 8 ? 8 : 2 * n )))
 # folders to lint; $(wildcard) so a folder that does not exist yet is no error
 PY_SRC := $(wildcard rplugin tests bench examples)
 LUA_SRC := $(wildcard lua plugin tests bench examples)
