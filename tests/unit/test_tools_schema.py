@@ -57,6 +57,13 @@ def test_type_of_names_json_types(value, expected):
     assert type_of(value) == expected
 
 
+def test_a_value_json_has_no_type_for_matches_no_json_type():
+    """Named by its Python type, which is never taken for the JSON type of that name."""
+    assert type_of(object()) == "object"
+    problem = validate(object_schema({"a": {"type": "object"}}), {"a": object()})
+    assert problem == 'parameter "a": expected object, got object'
+
+
 @pytest.mark.parametrize(
     "params",
     [

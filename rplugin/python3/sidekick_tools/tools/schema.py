@@ -124,29 +124,25 @@ _JSON_TYPES: tuple[tuple[Any, str], ...] = (
 )
 
 
+_TYPE_NAMES = frozenset(name for _, name in _JSON_TYPES)
+
+
+def _json_type(value: Any) -> str | None:
+    """The JSON type name of a decoded value; None for anything JSON has not."""
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), None)
+
+
 def type_of(value: Any) -> str:
-    """The JSON type name of a decoded value."""
-    return next(
-        (name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__
-    )
+    """The JSON type name of a decoded value (else its Python type's name)."""
+    return _json_type(value) or type(value).__name__
 
 
 def _is(value: Any, name: str) -> bool:
-    if name == "null":
-        return value is None
-    if name == "boolean":
-        return isinstance(value, bool)
-    if name == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if name == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if name == "string":
-        return isinstance(value, str)
-    if name == "array":
-        return isinstance(value, (list, tuple))
-    if name == "object":
-        return isinstance(value, dict)
-    raise ValueError(f"schema error: unknown type {name!r}")
+    """Is ``value`` of JSON type ``name`` (an integer is a number too)?"""
+    if name not in _TYPE_NAMES:
+        raise ValueError(f"schema error: unknown type {name!r}")
+    actual = _json_type(value)
+    return actual == name or (name == "number" and actual == "integer")
 
 
 def _types(schema: dict[str, Any]) -> list[str]:
