@@ -74,16 +74,12 @@ def answers(
 
 def descendants(pid: int) -> list[tuple[int, str]]:
     """(pid, command line) of the live processes below ``pid`` (Linux /proc)."""
+    from sidekick_tools.tasks.identity import proc_stat
+
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:  # a name may not be UTF-8
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] not in (b"Z", b"X"):
+        fields = proc_stat(int(entry)) if entry.isdigit() else None  # state, ppid, ...
+        if fields and len(fields) > 1 and fields[0] not in ("Z", "X"):
             children.setdefault(int(fields[1]), []).append(int(entry))
     found: list[tuple[int, str]] = []
     todo = list(children.get(pid, []))
