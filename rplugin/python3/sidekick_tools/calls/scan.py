@@ -81,5 +81,6 @@ class DiagnosticScan:
         if not touched and (items, anchors) == self._sent.get(buf):
             return  # typing inside a message changes no call's state: Neovim redraws nothing
         self._sent[buf] = (items, anchors)
-        event = {"type": "scan", "buf": buf, "items": items, "anchors": anchors}
-        self.port.emit({**event, "rewritten": True} if touched else event)
+        self.port.emit(
+            {"type": "scan", "buf": buf, "items": items, "anchors": anchors, "rewritten": touched}
+        )
