@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sidekick_tools.tasks.store import SqliteStore
 
-from tests.conftest import wait_for
+from tests.conftest import live_members, wait_for
 from tests.integration.conftest import quit_nvim
 
 pytestmark = pytest.mark.integration
@@ -29,22 +29,6 @@ def call(call_id: str, command: str, **extra) -> str:
 
 def wait_cmd(marker: Path, then: str = "echo done") -> str:
     return f"while [ ! -e {marker} ]; do sleep 0.05; done; {then}"
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, from /proc."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            out.append(int(entry))
-    return out
 
 
 def task_of(editor, call_id: str) -> dict:
@@ -106,12 +90,12 @@ def test_halt_kills_a_tree_that_ignores_sigterm(editor):
     editor.wait_text("```result id=h status=running task=")
     task = task_of(editor, "h")
     pgid = task["pid"]
-    wait_for(lambda: len(group_members(pgid)) >= 3)
+    wait_for(lambda: len(live_members(pgid)) >= 3)
     res = editor.lua("return require('sidekick_tools').halt(...)", task["id"])
     # the editor is answered at once; the stubborn tree is killed after the grace
     assert res["status"] in ("halting", "cancelled")
     wait_for(lambda: task_of(editor, "h")["status"] == "cancelled")
-    wait_for(lambda: group_members(pgid) == [])
+    wait_for(lambda: live_members(pgid) == [])
     out = editor.wait_text("```result id=h status=cancelled")
     assert "partial" in out  # partial output stays readable
     editor.wait_diag(4, "⊘ run_terminal_command")
@@ -226,7 +210,7 @@ def test_a_neovim_whose_host_died_still_halts_its_tasks(editor):
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["halted"] == [task["id"]]
-    wait_for(lambda: group_members(task["pid"]) == [])
+    wait_for(lambda: live_members(task["pid"]) == [])
     store = SqliteStore(str(editor.state_dir / "tasks.db"))
     stored = store.get(task["id"])
     store.close()
@@ -282,9 +266,9 @@ def test_kill_on_exit_leaves_no_orphans(editors):
     ed.run_tool(5)
     ed.wait_text("```result id=o status=running task=")
     pgid = task_of(ed, "o")["pid"]
-    wait_for(lambda: len(group_members(pgid)) >= 2)
+    wait_for(lambda: len(live_members(pgid)) >= 2)
     quit_nvim(ed)
-    wait_for(lambda: group_members(pgid) == [])
+    wait_for(lambda: live_members(pgid) == [])
     db = sqlite3.connect(ed.state_dir / "tasks.db")
     (status,) = db.execute("select status from tasks").fetchone()
     assert status == "cancelled"

@@ -13,7 +13,7 @@ import sys
 import pytest
 from sidekick_tools.tasks.store import SqliteStore
 
-from tests.conftest import wait_for
+from tests.conftest import live_members, wait_for
 from tests.integration.mcp_helpers import (
     SyncClient,
     agent_cmd,
@@ -23,7 +23,7 @@ from tests.integration.mcp_helpers import (
     server_params,
     wait_cmd,
 )
-from tests.integration.test_background_tasks import HEAD, call, group_members, task_of
+from tests.integration.test_background_tasks import HEAD, call, task_of
 from tests.integration.ui_helpers import current_buf, wait_lines
 
 pytestmark = pytest.mark.integration
@@ -138,7 +138,7 @@ def test_an_agents_task_is_listed_live_and_halted_from_neovim(editor, agent):
     editor.nvim.command(f"SidekickHalt {token}")
     answer, is_error = waiting.result(timeout=30)
     assert not is_error and head(answer)["status"] == "cancelled"
-    wait_for(lambda: group_members(pgid) == [], timeout=10)
+    wait_for(lambda: live_members(pgid) == [], timeout=10)
     # the tasks window follows the end of a task that is not this Neovim's
     wait_for(lambda: any(token in x and x.startswith("⊘") for x in editor.lines()), timeout=10)
 

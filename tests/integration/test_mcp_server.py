@@ -13,7 +13,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from sidekick_tools.tasks.store import SqliteStore
 
-from tests.conftest import until
+from tests.conftest import live_members, until
 from tests.integration.mcp_helpers import (
     Progress,
     agent_cmd,
@@ -25,7 +25,6 @@ from tests.integration.mcp_helpers import (
     wait_cmd,
     write_config,
 )
-from tests.integration.test_background_tasks import group_members
 
 pytestmark = pytest.mark.integration
 
@@ -172,10 +171,10 @@ async def test_halt_stops_a_sigterm_ignoring_tree(env):
         token = head(text)["task"]
         await until(ready.exists)
         pgid = stored(state, token).pid
-        assert len(group_members(pgid)) >= 3
+        assert len(live_members(pgid)) >= 3
         halted, is_error = await call(session, "halt", {"task": token})
         again, _ = await call(session, "halt", {"task": token})
-        await until(lambda: group_members(pgid) == [], timeout=10)  # no survivor
+        await until(lambda: live_members(pgid) == [], timeout=10)  # no survivor
     assert not is_error and head(halted)["status"] == "cancelled"
     assert "had already ended" in head(again)["message"]
     assert stored(state, token).status.value == "cancelled"
@@ -304,14 +303,14 @@ async def test_exit_halts_the_servers_tasks_unless_told_to_keep_them(env):
         halted = head(text)["task"]
         pgid = stored(state, halted).pid
     assert stored(state, halted).status.value == "cancelled"
-    await until(lambda: group_members(pgid) == [], timeout=10)
+    await until(lambda: live_members(pgid) == [], timeout=10)
 
     write_config(state, mcp={"kill_on_exit": False})
     marker = work / "release"
     async with connect(server_params(state, work)) as session:
         text, _ = await call(session, "run", {"command": wait_cmd(marker), "async": True})
         kept = head(text)["task"]
-    assert group_members(stored(state, kept).pid)  # still running, nobody's
+    assert live_members(stored(state, kept).pid)  # still running, nobody's
     marker.touch()
     async with connect(server_params(state, work)) as session:
         done, _ = await call(session, "await", {"task": kept})
