@@ -5,11 +5,10 @@ and tasks die with their Neovim even when the host died first."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
+from sidekick_tools.tasks.identity import proc_stat
 
 from tests.conftest import wait_for
 
@@ -23,18 +22,15 @@ def call(call_id: str, command: str) -> str:
 
 
 def kill_host(editor) -> None:
-    pid = editor.host_pid()
-    assert pid > 0
-    os.kill(pid, signal.SIGKILL)
+    """SIGKILL the host, then wait until Neovim knows it is gone."""
+    assert editor.host_pid() > 0
+    editor.kill_host()
     wait_for(lambda: not editor.lua("return require('sidekick_tools.host').running()"), 10)
 
 
 def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
+    fields = proc_stat(pid)  # state first
+    return bool(fields) and fields[0] not in ("Z", "X")
 
 
 def counts(folder: Path) -> dict[str, int]:
