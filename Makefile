@@ -42,9 +42,11 @@ format: setup $(STYLUA)
 	$(STYLUA) $(LUA_SRC)
 
 # integration tests run on every Neovim of tests/nvims.py; NVIM=0.11 (or 0.12-dev, or a path) picks one
+# PYTHONDONTWRITEBYTECODE is cleared: each pytest worker collects the whole suite,
+# and without cached bytecode each one compiles and rewrites every test module again
 test: setup lint
 	rm -f .coverage .coverage.*
-	NVIM=$(NVIM) COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(PY) -m pytest -q -n $(WORKERS) -m "not bench" \
+	PYTHONDONTWRITEBYTECODE= NVIM=$(NVIM) COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(PY) -m pytest -q -n $(WORKERS) -m "not bench" \
 	  --cov=sidekick_tools --cov-report=term --cov-fail-under=80 $(PYTEST_ARGS)
 
 demo: setup

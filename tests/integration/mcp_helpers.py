@@ -11,10 +11,12 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp import types as mcp_types
+# The SDK takes about a second to import: imported where a test uses it, not
+# when every pytest worker collects the suite.
+if TYPE_CHECKING:
+    from mcp import ClientSession, StdioServerParameters
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHONPATH = str(ROOT / "rplugin" / "python3")
@@ -42,6 +44,8 @@ def server_params(
     args: list[str] | None = None,
     env: dict[str, str] | None = None,
 ) -> StdioServerParameters:
+    from mcp import StdioServerParameters
+
     full_env = passed_env()
     full_env["PYTHONPATH"] = PYTHONPATH
     full_env.update(env or {})
@@ -70,6 +74,9 @@ async def connect(
     params: StdioServerParameters, name: str = "pytest-agent", errlog: Any = None
 ) -> AsyncIterator[ClientSession]:
     """An initialized client session with a server started from ``params``."""
+    from mcp import ClientSession, stdio_client
+    from mcp import types as mcp_types
+
     log = errlog or sys.stderr
     async with stdio_client(params, errlog=log) as (read, write):
         info = mcp_types.Implementation(name=name, version="1.0")
@@ -92,6 +99,8 @@ async def call(
     session: ClientSession, tool: str, args: dict[str, Any] | None = None, **kw: Any
 ) -> tuple[str, bool]:
     """(text, is_error) of one tools/call."""
+    from mcp import types as mcp_types
+
     result = await session.call_tool(tool, args or {}, **kw)
     texts = [c.text for c in result.content if isinstance(c, mcp_types.TextContent)]
     assert len(texts) == len(result.content) == 1, result

@@ -10,7 +10,6 @@ import signal
 from pathlib import Path
 
 import pytest
-from mcp.shared.exceptions import MCPError
 from sidekick_tools.tasks.store import SqliteStore
 
 from tests.conftest import live_members, until
@@ -233,6 +232,8 @@ async def test_output_filter_consumes_nothing(env):
 
 
 async def test_bad_input_gets_errors_and_the_server_keeps_serving(env):
+    from mcp.shared.exceptions import MCPError
+
     state, work = env
     async with connect(server_params(state, work)) as session:
         with pytest.raises(MCPError) as unknown_tool:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 
-import anthropic
-import openai
 import pytest
 from sidekick_tools.chat.blocks import Text, Thinking, ToolUse
 from sidekick_tools.chat.reply import ReplyBuilder
@@ -15,6 +13,23 @@ from sidekick_tools.llm.request import build_request
 from sidekick_tools.llm.stream import stream_reply
 
 from tests.fake_provider import FakeProvider, reply, thinking, tool_call
+
+
+# The SDKs take seconds to import: only the tests that use them do, not every
+# pytest worker collecting the suite.
+@pytest.fixture
+def anthropic():
+    import anthropic
+
+    return anthropic
+
+
+@pytest.fixture
+def openai():
+    import openai
+
+    return openai
+
 
 TOOL = {
     "name": "read_files",
@@ -52,7 +67,7 @@ async def ours(fake: FakeProvider, protocol: str) -> list:
     return builder.blocks()
 
 
-async def test_anthropic_sdk_reads_the_fake_stream():
+async def test_anthropic_sdk_reads_the_fake_stream(anthropic):
     async with FakeProvider(script() * 2) as fake:
         client = anthropic.AsyncAnthropic(api_key="k", base_url=fake.anthropic_url, max_retries=0)
         events = []
@@ -86,7 +101,7 @@ async def test_anthropic_sdk_reads_the_fake_stream():
     ]
 
 
-async def test_anthropic_sdk_sends_back_what_the_fake_signed():
+async def test_anthropic_sdk_sends_back_what_the_fake_signed(anthropic):
     async with FakeProvider([reply(thinking("private")), reply("ok")]) as fake:
         client = anthropic.AsyncAnthropic(api_key="k", base_url=fake.anthropic_url, max_retries=0)
         async with client.messages.stream(
@@ -109,7 +124,7 @@ async def test_anthropic_sdk_sends_back_what_the_fake_signed():
     assert second.content[0].text == "ok"
 
 
-async def test_anthropic_sdk_reads_the_fake_errors():
+async def test_anthropic_sdk_reads_the_fake_errors(anthropic):
     from tests.fake_provider import http_error, stream_error
 
     script = [http_error(529), reply("half", stream_error())]
@@ -129,7 +144,7 @@ async def test_anthropic_sdk_reads_the_fake_errors():
     assert overloaded.value.body["error"]["type"] == "overloaded_error"
 
 
-async def test_openai_sdk_reads_the_fake_stream():
+async def test_openai_sdk_reads_the_fake_stream(openai):
     tools = [
         {"type": "function", "function": {"name": "read_files", "parameters": TOOL["input_schema"]}}
     ]
@@ -170,7 +185,7 @@ async def test_openai_sdk_reads_the_fake_stream():
     ]
 
 
-async def test_openai_sdk_reads_the_fake_errors():
+async def test_openai_sdk_reads_the_fake_errors(openai):
     from tests.fake_provider import http_error, stream_error
 
     script = [
