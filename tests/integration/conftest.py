@@ -138,11 +138,21 @@ def quit_nvim(ed: Editor) -> None:
         pass
 
 
+# coverage's variables: with them, every Python process a test starts is measured
+COVERAGE_VARS = ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")
+
+
 @pytest.fixture(params=[b for _, b in NVIMS] or [None], ids=[lbl for lbl, _ in NVIMS] or ["none"])
-def nvim_under_test(request: pytest.FixtureRequest) -> str:
-    """Each integration test runs on every selected Neovim (tests/nvims.py)."""
+def nvim_under_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each integration test runs on every selected Neovim (tests/nvims.py).
+    The hosts run the same Python on each: coverage measures them on the first
+    Neovim only (measuring the same lines again would add coverage's own start-up
+    and tracing to every host of the other)."""
     if request.param is None:
         pytest.skip("no nvim binary")
+    if request.param != NVIMS[0][1]:
+        for var in COVERAGE_VARS:
+            monkeypatch.delenv(var, raising=False)
     return request.param
 
 
