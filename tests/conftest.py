@@ -28,14 +28,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02) -> Any:
-    """Poll `predicate` until it returns a truthy value; fail after `timeout` seconds."""
+    """Poll `predicate` until it returns a truthy value; fail after `timeout` seconds.
+    The pause between polls grows from `interval` to five times it: what comes soon
+    is seen soon, and a long wait does not spend the CPU the editor and host under
+    test need on polling them (a poll is an editor request or more)."""
     deadline = time.monotonic() + timeout
+    pause = interval
     last: Any = None
     while time.monotonic() < deadline:
         last = predicate()
         if last:
             return last
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = min(pause * 1.25, interval * 5)
     raise AssertionError(f"condition not met within {timeout}s; last value: {last!r}")
 
 
