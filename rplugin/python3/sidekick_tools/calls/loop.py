@@ -25,11 +25,12 @@ from typing import Any
 from ..chat import ToolCall
 from ..chat.parser import Chat
 from ..tools.base import ToolResult
-from . import outbound
 from .chain import CallChain, UserError
 from .context import CallContext
-from .reply_stream import ReplyStream
 from .writer import ResultWriter, log_failure
+
+# outbound, reply_stream and llm (and the chat's block model under them) are
+# imported by the first send: a host that only runs tools starts without them.
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ class ChatLoop:
             raise UserError(
                 "sidekick_tools: a reply is still streaming into this chat; :SidekickStop ends it"
             )
+        from . import outbound
+
         # a bad model is said at once
         answer = outbound.model_of(await self.chain.marks.mirror(buf), self.ctx.config)
         session.cwd = cwd
@@ -211,6 +214,8 @@ class ChatLoop:
             await asyncio.gather(*waits)
 
     async def _send(self, session: Session) -> dict[str, Any]:
+        from . import outbound
+
         session.sending = True
         try:
             request = await outbound.build(self.chain.marks, session.buf, self.ctx.config)
@@ -229,6 +234,8 @@ class ChatLoop:
 
     # -- streaming -----------------------------------------------------------------------
     async def _stream(self, session: Session, request: Any, key: str | None) -> None:
+        from .reply_stream import ReplyStream
+
         try:
             end = await ReplyStream(self.ctx.port, session).run(self.client(), request, key)
         finally:
@@ -282,6 +289,8 @@ class ChatLoop:
         return self._client
 
     def _chat_cfg(self) -> dict[str, Any]:
+        from . import outbound
+
         return outbound.chat_settings(self.ctx.config)
 
     def _spawn(self, coro: Any) -> None:

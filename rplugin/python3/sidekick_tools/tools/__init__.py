@@ -6,9 +6,8 @@ then add one line to ``_TOOLS`` below.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..chat.blocks import ToolSpec
 from . import (
     await_task,
     described,
@@ -25,6 +24,9 @@ from . import (
 )
 from .base import Tool, ToolContext, ToolResult
 from .schema import validate
+
+if TYPE_CHECKING:
+    from ..chat.blocks import ToolSpec
 
 _TOOLS: tuple[Tool, ...] = (
     run_terminal_command.TOOL,
@@ -50,6 +52,8 @@ def get_tool(name: str) -> Tool | None:
 def specs(config: Any) -> list[ToolSpec]:
     """Every tool as the model sees it, its descriptions carrying the values in
     force in ``config`` (a `Config`): what a chat request sends as native tools."""
+    from ..chat.blocks import ToolSpec  # the chat loop's model: not needed to run tools
+
     return [
         ToolSpec(
             tool.name,
