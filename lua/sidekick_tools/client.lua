@@ -7,6 +7,8 @@
 --   "calls"  { buf, prompt, rewritten }: buf's call states changed; `prompt`: the
 --            user just acted on buf, so drawing it should not wait; `rewritten`:
 --            an edit went over call rows (a formatter), so marks drawn there moved
+--   "answered" { buf }: the user's request on buf returned and the changes its
+--            answer carried were handled (draw them before the command ends)
 --   "task"   { kind, task, finished }: a task was queued, started, progressed
 --            or ended; `task` has list_tasks()'s fields, missing ones nil
 --   "notify" { msg, level }: a message of the host's for the user
@@ -200,6 +202,9 @@ local function act(buf, method, ...)
     local events = res.events
     res.events = nil
     M.receive(events)
+  end
+  if valid(buf) then
+    emit("answered", { buf = buf })
   end
   return res
 end

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tests.conftest import wait_for
-from tests.integration.ui_helpers import HEADER_ROW, gated, start_background
+from tests.integration.ui_helpers import HEADER_ROW, call_block, chat, gated, start_background
 
 pytestmark = pytest.mark.integration
 
@@ -138,3 +138,24 @@ def test_progress_reported_before_going_background_stays_in_the_diagnostic(edito
         wait_for(lambda: "45%" in editor.diag_at(HEADER_ROW)["message"], timeout=4)
     finally:
         marker.write_text("")
+
+
+def test_the_running_diagnostic_is_set_before_the_command_returns(editor, tmp_path):
+    """What the user's command started shows with the command, not a loop turn
+    later behind whatever else the editor had queued: read in the same Lua
+    chunk as the command, with no turn of the loop between them."""
+    editor.setup()
+    marker = tmp_path / "release"
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": gated(marker)})))
+    seen = editor.lua(
+        "local row = ...\n"
+        "vim.api.nvim_win_set_cursor(0, { row + 1, 0 })\n"
+        "vim.cmd('SidekickRunTool')\n"
+        "local ns = vim.api.nvim_create_namespace('sidekick_tools')\n"
+        "local got = vim.diagnostic.get(0, { namespace = ns, lnum = row })\n"
+        "return got[1] and got[1].message or vim.NIL",
+        HEADER_ROW,
+    )
+    assert seen is not None and seen.startswith("⟳ run_terminal_command"), seen
+    marker.write_text("")
+    editor.wait_text("```result id=call_01 status=completed exit=0")

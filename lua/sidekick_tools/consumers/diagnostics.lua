@@ -168,13 +168,26 @@ end
 -- the first change after a quiet spell is drawn on the next loop turn, later
 -- ones wait for the gap. Each draw is a vim.diagnostic.set, which re-runs every
 -- handler and the statusline for the whole buffer. What the user just asked
--- for (the client's `prompt`) is drawn at once, gap or not.
+-- for (the client's `prompt`) is drawn at once, gap or not, and what the
+-- answer to their request carried before the request returns ("answered"):
+-- their command ends with its calls' states set, not a loop turn later, after
+-- whatever else the editor had queued.
 local DRAW_GAP_MS = 50
 local draw_pending = {} ---@type table<integer, boolean>
 local last_draw = {} ---@type table<integer, number>
 
 local function now_ms()
   return uv.hrtime() / 1e6
+end
+
+--- Draw `buf` if a draw is pending for it (a scheduled one then finds none).
+local function flush(buf)
+  if not draw_pending[buf] then
+    return
+  end
+  draw_pending[buf] = nil
+  last_draw[buf] = now_ms()
+  M.draw(buf) -- the buffer may be gone by now: draw checks
 end
 
 local function on_calls(ev)
@@ -189,9 +202,7 @@ local function on_calls(ev)
   end
   draw_pending[buf] = true
   local function run()
-    draw_pending[buf] = nil
-    last_draw[buf] = now_ms()
-    M.draw(buf) -- the buffer may be gone by now: draw checks
+    flush(buf)
   end
   local wait = last_draw[buf] and (last_draw[buf] + DRAW_GAP_MS - now_ms()) or 0
   if ev.prompt then
@@ -204,10 +215,15 @@ local function on_calls(ev)
   end
 end
 
+local function on_answered(ev)
+  flush(ev.buf)
+end
+
 --- Listen to the client's call states (consumers.register).
 function M.register()
   M.configure()
   client.on("calls", on_calls)
+  client.on("answered", on_answered)
   local group = vim.api.nvim_create_augroup("sidekick_tools_diagnostics", { clear = true })
   -- A buffer with running calls shown again: bring its elapsed times up to date.
   vim.api.nvim_create_autocmd("BufWinEnter", {
