@@ -43,10 +43,14 @@ format: setup $(STYLUA)
 
 # integration tests run on every Neovim of tests/nvims.py; NVIM=0.11 (or 0.12-dev, or a path) picks one
 # PYTHONDONTWRITEBYTECODE is cleared: each pytest worker collects the whole suite,
-# and without cached bytecode each one compiles and rewrites every test module again
+# and without cached bytecode each one compiles and rewrites every test module again.
+# --maxschedchunk: xdist hands out tests two at a time; by default a worker's first
+# share is a quarter of the suite in one block, and the workers given the blocks of
+# integration tests ran on for minutes after the others had nothing left
+SCHED := --maxschedchunk=2
 test: setup lint
 	rm -f .coverage .coverage.*
-	PYTHONDONTWRITEBYTECODE= NVIM=$(NVIM) COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(PY) -m pytest -q -n $(WORKERS) -m "not bench" \
+	PYTHONDONTWRITEBYTECODE= NVIM=$(NVIM) COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(PY) -m pytest -q -n $(WORKERS) $(SCHED) -m "not bench" \
 	  --cov=sidekick_tools --cov-report=term --cov-fail-under=80 $(PYTEST_ARGS)
 
 demo: setup
