@@ -17,7 +17,7 @@ LUA_SRC := $(wildcard lua plugin tests bench examples)
 
 .PHONY: setup test lint format demo bench clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed $(VENV)/wheelhouse/.done
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,14 @@ $(VENV)/.installed: pyproject.toml
 	@# measure the host process too: coverage starts in any Python that sees COVERAGE_PROCESS_START
 	echo 'import os; "COVERAGE_PROCESS_START" in os.environ and __import__("coverage").process_startup()' \
 	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/sidekick_tools_coverage.pth"
+	touch $@
+
+# the wheels :SidekickInstall's test installs from, with no index (tests stay on loopback)
+$(VENV)/wheelhouse/.done: pyproject.toml tests/install_specs.py $(VENV)/.installed
+	mkdir -p $(VENV)/wheelhouse
+	$(PY) tests/install_specs.py > $(VENV)/wheelhouse/requirements.txt
+	$(PY) -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+	  -d $(VENV)/wheelhouse -r $(VENV)/wheelhouse/requirements.txt
 	touch $@
 
 $(STYLUA): package.json

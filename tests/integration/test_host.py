@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import install_specs
 from tests.conftest import wait_for
 from tests.integration.conftest import ROOT
 
@@ -200,34 +201,33 @@ def test_keymaps_are_buffer_local_and_configurable(editor):
     editor.wait_text("```result id=c1 status=completed exit=0")
 
 
-def dependencies() -> str:
-    text = (ROOT / "pyproject.toml").read_text()
-    m = re.search(r"^dependencies = \[(.*)\]$", text, re.M)
-    assert m
-    return m.group(1)
-
-
-def extra(name: str) -> list[str]:
-    """The requirement strings of pyproject.toml's extra `name`, without markers."""
-    text = (ROOT / "pyproject.toml").read_text()
-    line = re.search(rf"^{name} = \[(.*)\]$", text, re.M)
-    assert line, name
-    return [spec.split(";")[0].strip() for spec in re.findall(r'"([^"]+)"', line.group(1))]
-
-
 def test_sidekick_install_installs_what_pyproject_names(editor):
     """pynvim always; httpx2 (the chat loop) and mcp on Python 3.10+, with the
     version specs of pyproject.toml's dependencies and its chat and mcp extras."""
     packages = "return require('sidekick_tools.install').packages(...)"
-    core = [s.split(";")[0] for s in re.findall(r'"([^"]+)"', dependencies())]
-    assert editor.lua(packages, "3.9") == core
-    assert editor.lua(packages, "3.11") == core + extra("chat") + extra("mcp")
+    assert editor.lua(packages, "3.9") == install_specs.core() == install_specs.for_python((3, 9))
+    assert editor.lua(packages, "3.11") == install_specs.core() + install_specs.extra(
+        "chat"
+    ) + install_specs.extra("mcp")
+    assert editor.lua(packages, "3.11") == install_specs.for_python((3, 11))
     assert editor.lua(packages, "3.10") == editor.lua(packages, "3.13")
+
+
+WHEELHOUSE = ROOT / ".venv" / "wheelhouse"
 
 
 @pytest.mark.skipif(os.environ.get("SIDEKICK_SKIP_INSTALL_TEST") == "1", reason="opted out")
 @pytest.mark.slow
-def test_sidekick_install_creates_a_working_venv(editor):
+def test_sidekick_install_creates_a_working_venv(editors, monkeypatch):
+    """:SidekickInstall's venv and pip run for real, against the wheels `make setup`
+    downloaded (pip's own PIP_NO_INDEX and PIP_FIND_LINKS): no index is asked, so the
+    suite stays on loopback. The `python3` it finds is the one these wheels are for."""
+    if not (WHEELHOUSE / ".done").exists():
+        pytest.fail(f"no wheels in {WHEELHOUSE}: run make setup")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(WHEELHOUSE))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    editor = editors()
     editor.lua(
         "_G.__install = nil\n"
         "require('sidekick_tools.install').run(function(ok, msg) _G.__install = { ok, msg } end)"
