@@ -417,7 +417,8 @@ def test_send_answers_at_once_and_says_later_problems(editor, fake, kind):
     editor.nvim.vars["fake_key"] = KEY
     fake.push(reply("Now with a key."))
     send(editor)
-    editor.wait_text("Now with a key.")
+    wait_replies(editor, 1)  # its text is in before its stream has ended
+    assert "Now with a key." in editor.text()
     assert len(fake.requests) == 1
     # an unknown provider is said at once, by the answer
     editor.nvim.current.buffer[:0] = ["---", "model: nowhere/x", "---"]
