@@ -212,6 +212,22 @@ def test_help_lists_the_configured_keys(editor):
     wait_for(lambda: editor.lua("return vim.bo.filetype") == "sidekick_tasks")
 
 
+def test_the_help_closes_with_the_keys_the_user_configured(editor):
+    """The help float closes with <Esc> and with the configured close and help
+    keys (it closed only with the defaults q and ?)."""
+    editor.setup(keymaps={"tasks_window": {"close": "Q", "help": "g?"}})
+    open_tasks(editor)
+
+    def float_open() -> bool:
+        return editor.lua("return vim.api.nvim_win_get_config(0).relative") != ""
+
+    for key in ("Q", "g?", "<Esc>"):
+        editor.nvim.input("g?")
+        wait_for(float_open)
+        editor.nvim.input(key)
+        wait_for(lambda: editor.lua("return vim.bo.filetype") == "sidekick_tasks")
+
+
 def test_statusline_counts_running_and_unseen_failures(editor):
     editor.setup()
     marker = editor.workdir / "release"

@@ -241,7 +241,11 @@ local function help()
     border = "rounded",
     title = " sidekick tasks ",
   })
-  for _, key in ipairs({ "q", "?", "<Esc>" }) do
+  -- closed by <Esc> and by the keys that close the window and show this help
+  local maps = (require("sidekick_tools.config").current.keymaps or {}).tasks_window or {}
+  local closers = vim.list_extend({ "<Esc>" }, keymaps.keys(maps.close))
+  vim.list_extend(closers, keymaps.keys(maps.help))
+  for _, key in ipairs(closers) do
     vim.keymap.set("n", key, function()
       pcall(vim.api.nvim_win_close, win, true)
     end, { buffer = buf, nowait = true })
