@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sidekick_tools.tasks.model import Task, TaskStatus
+from sidekick_tools.tasks.model import NAMES, Task, TaskStatus
 from sidekick_tools.tasks.store import SqliteStore
 
 from tests.conftest import wait_for
@@ -195,6 +195,12 @@ def test_ten_thousand_stored_tasks_open_one_page(editors, tmp_path):
     open_tasks(editor, "all", bang=True)
     height = editor.lua("return vim.api.nvim_win_get_height(0)")
     assert len(editor.lines(buf)) == min(100, height - 1) + 1
+
+
+def test_lua_and_python_declare_the_same_statuses_in_the_same_order(editor):
+    """Each language declares the task statuses once; the two declarations agree."""
+    lua = editor.lua("return require('sidekick_tools.constants').task_statuses")
+    assert lua == list(NAMES)
 
 
 def test_help_lists_the_configured_keys(editor):

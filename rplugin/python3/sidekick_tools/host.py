@@ -20,14 +20,13 @@ from .nvim_port import NvimPort
 from .statedir import log_to_file, open_state_dir
 from .tasks.identity import owner_token
 from .tasks.manager import TaskManager
-from .tasks.model import TERMINAL, TaskStatus
+from .tasks.model import NAMES, TERMINAL
 from .tasks.start import FALLBACK, start_manager
 from .tasks.store import StoreError
 from .tools import command_table
 
 log = logging.getLogger(__name__)
 
-LIST_STATUSES = tuple(status.value for status in TaskStatus)
 HALT_ANSWER_WAIT = 0.1  # seconds :SidekickHalt may hold the editor before answering
 
 
@@ -331,10 +330,9 @@ def _task_filter(
     status = opts.get("status") or None
     if status == "all":
         status = None
-    if status is not None and status not in LIST_STATUSES:
+    if status is not None and status not in NAMES:
         raise UserError(
-            f"sidekick_tools: unknown status {status!r}; use one of "
-            + ", ".join((*LIST_STATUSES, "all"))
+            f"sidekick_tools: unknown status {status!r}; use one of " + ", ".join((*NAMES, "all"))
         )
     if opts.get("all") or opts.get("owner") == "any":
         return status, None, None

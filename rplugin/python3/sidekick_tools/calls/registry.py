@@ -13,8 +13,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-# The states a followed call moves through (DESIGN §5), beside the result statuses.
-LIVE = ("queued", "running")
+from ..tasks.model import ACTIVE
 
 
 @dataclass
@@ -34,7 +33,7 @@ class Tracked:
 
     @property
     def live(self) -> bool:
-        return self.state in LIVE and not self.done
+        return self.state in ACTIVE and not self.done
 
 
 class CallRegistry:

@@ -22,6 +22,7 @@ from ..chat import ToolCall
 from ..chat.edits import locate, notice_edit, result_span, user_line_edit
 from ..chat.render import clean_output, result_lines, truncate_tail
 from ..secrets_mask import mask
+from ..tasks.model import ACTIVE
 from ..tools.base import ToolResult
 from .context import CallContext
 from .registry import Tracked
@@ -119,7 +120,7 @@ class ResultWriter:
         call is never given its task's result twice nor run again by mistake.
         Only the call's own task (its chat and call id) is marked."""
         token = result.fields.get("task")
-        if not token or result.status in ("running", "queued"):
+        if not token or result.status in ACTIVE:
             return
         try:
             task = self.ctx.tasks.get(str(token))

@@ -17,8 +17,9 @@ from typing import Any
 
 
 class TaskStatus(str, Enum):
-    QUEUED = "queued"
+    # in the order the views and the task tools offer them (Lua's constants.task_statuses)
     RUNNING = "running"
+    QUEUED = "queued"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -28,7 +29,9 @@ class TaskStatus(str, Enum):
 
 
 TERMINAL = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
-ACTIVE = frozenset({TaskStatus.QUEUED, TaskStatus.RUNNING})
+ACTIVE = frozenset({TaskStatus.QUEUED, TaskStatus.RUNNING})  # `"running" in ACTIVE` holds too
+#: every status by name, in that order (queries, schemas, messages)
+NAMES = tuple(status.value for status in TaskStatus)
 
 
 class Reason:

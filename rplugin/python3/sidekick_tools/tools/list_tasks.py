@@ -26,6 +26,7 @@ import json
 import time
 from typing import Any, Callable
 
+from ..tasks.model import NAMES
 from . import _tasks
 from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
 from .schema import object_schema, string, validate
@@ -62,7 +63,7 @@ class ListTasks:
         {
             "status": string(
                 "Only this group (default all).",
-                enum=["all", "running", "queued", "completed", "failed", "cancelled"],
+                enum=["all", *NAMES],
             )
         }
     )
