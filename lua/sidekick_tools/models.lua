@@ -27,7 +27,7 @@ function M.problem(spec)
     return string.format(
       'sidekick_tools: "%s" is not provider/model (for example %s)',
       spec,
-      chat_options().model or "anthropic/claude-sonnet-4-5"
+      chat_options().model
     )
   end
   if not (chat_options().providers or {})[provider] then

@@ -14,16 +14,10 @@ local M = {}
 --- it has no range worth underlining; the underline handler would only cost
 --- time (it re-lays its extmarks on every edit of the chat).
 function M.configure()
-  local ui = require("sidekick_tools.config").current.ui or {}
-  local function handler(value)
-    if value == nil then
-      return true
-    end
-    return value
-  end
+  local ui = require("sidekick_tools.config").current.ui
   vim.diagnostic.config({
-    virtual_text = handler(ui.virtual_text),
-    signs = handler(ui.signs),
+    virtual_text = ui.virtual_text,
+    signs = ui.signs,
     underline = false,
   }, marks.ns)
 end

@@ -45,8 +45,8 @@ end
 
 --- Tasks per page: the option, or what the window shows (at most 100).
 function M.page_size(v)
-  local opt = require("sidekick_tools.config").current.tasks_window or {}
-  if (opt.page_size or 0) > 0 then
+  local opt = require("sidekick_tools.config").current.tasks_window
+  if opt.page_size > 0 then
     return math.floor(opt.page_size)
   end
   local height = 20

@@ -157,8 +157,8 @@ class ChatLoop:
             return
         noticed = await self._flush_notices(session)
         chat_cfg = self._chat_cfg()
-        want = (session.armed and chat_cfg.get("auto_send", True)) or (
-            noticed and chat_cfg.get("send_on_notice", True) and not session.halted
+        want = (session.armed and chat_cfg["auto_send"]) or (
+            noticed and chat_cfg["send_on_notice"] and not session.halted
         )
         if not want:
             return
@@ -171,7 +171,7 @@ class ChatLoop:
                 )
             session.armed = False
             return
-        limit = int(chat_cfg.get("max_turns", 25))
+        limit = int(chat_cfg["max_turns"])
         if session.turns >= limit:
             session.armed = False
             self.ctx.port.notify_user(

@@ -38,6 +38,7 @@ from ..chat.blocks import (
     ToolCallArgs,
     ToolCallStart,
 )
+from ..defaults import default
 from ..secrets_mask import mask
 from .errors import MissingDependency, ProviderError, StreamError
 from .request import ChatRequest
@@ -119,11 +120,13 @@ class ChatClient:
         self,
         *,
         timeouts: Timeouts | None = None,
-        max_attempts: int = 4,
+        max_attempts: int | None = None,  # None: option chat.max_attempts's default
         backoff: Callable[[int], float] = default_backoff,
         sleep: Callable[[float], Any] = asyncio.sleep,
     ) -> None:
         self.timeouts = timeouts or Timeouts()
+        if max_attempts is None:
+            max_attempts = int(default("chat.max_attempts"))
         self.max_attempts = max(1, max_attempts)
         self._backoff = backoff
         self._sleep = sleep
