@@ -1,8 +1,8 @@
--- Every user command, declared once: its row in M.list (name, arguments, and
--- `key`: the keymaps option of the chat-buffer key that runs it), its
--- description (DESC) and what it runs (`run`), both under its name; each row
--- gets them below. plugin/sidekick_tools.lua creates the commands from M.list
--- at start-up; nothing else is required until a command runs.
+-- Every user command, declared once: its row in M.list (name, arguments,
+-- description, and `key`: the keymaps option of the chat-buffer key that runs
+-- it), and what it runs (`run`, under its name; each row gets it below).
+-- plugin/sidekick_tools.lua creates the commands from M.list at start-up;
+-- nothing else is required until a command runs.
 local M = {}
 
 local function api()
@@ -98,38 +98,79 @@ end
 --- Every command, in the order :h sidekick_tools-commands documents them.
 ---@type sidekick_tools.Command[]
 M.list = {
-  { name = "SidekickRunTool", nargs = 0, key = "run_tool" },
-  { name = "SidekickRunTools", nargs = 0, bang = true, key = "run_tools" },
-  { name = "SidekickDeny", nargs = "*", key = "deny" },
-  { name = "SidekickHalt", nargs = "?", key = "halt" },
-  { name = "SidekickTasks", nargs = "?", bang = true, key = "tasks", complete = statuses },
-  { name = "SidekickOutput", nargs = "*", key = "output" },
-  { name = "SidekickSend", nargs = 0, key = "send" },
-  { name = "SidekickStop", nargs = 0, key = "stop" },
-  { name = "SidekickChat", nargs = "?", complete = model_specs },
-  { name = "SidekickModel", nargs = "?", complete = model_specs },
-  { name = "SidekickInstall", nargs = 0 },
-  { name = "SidekickMcp", nargs = 0 },
-}
-
-local DESC = {
-  SidekickRunTool = "Run the tool call under the cursor, then chain auto-acceptable calls",
-  SidekickRunTools = "Run every pending tool call of the last assistant message (!: without asking)",
-  SidekickDeny = "Deny the pending tool call under the cursor: [reason] is what the model reads",
-  SidekickHalt = "Cancel the task under the cursor, or TOKEN",
-  SidekickTasks = "List this Neovim's tasks (!: every Neovim's and MCP client's): "
-    .. "[running|completed|failed|all]",
-  SidekickOutput = "Live view of a task's output: [TOKEN] [/regex/]",
-  SidekickSend = "Send the chat to its model; the reply streams in and its tool calls run",
-  SidekickStop = "Stop the reply streaming into the chat, and the loop (tasks keep running)",
-  SidekickChat = "Open a new chat file under chat.dir: [provider/model] (default chat.model)",
-  SidekickModel = "Show the chat's model, or set it in its front matter: [provider/model]",
-  SidekickInstall = "Create the plugin's Python venv: pynvim (and httpx2, mcp on Python 3.10+)",
-  SidekickMcp = "Print the command that registers the MCP server",
+  {
+    name = "SidekickRunTool",
+    nargs = 0,
+    key = "run_tool",
+    desc = "Run the tool call under the cursor, then chain auto-acceptable calls",
+  },
+  {
+    name = "SidekickRunTools",
+    nargs = 0,
+    bang = true,
+    key = "run_tools",
+    desc = "Run every pending tool call of the last assistant message (!: without asking)",
+  },
+  {
+    name = "SidekickDeny",
+    nargs = "*",
+    key = "deny",
+    desc = "Deny the pending tool call under the cursor: [reason] is what the model reads",
+  },
+  {
+    name = "SidekickHalt",
+    nargs = "?",
+    key = "halt",
+    desc = "Cancel the task under the cursor, or TOKEN",
+  },
+  {
+    name = "SidekickTasks",
+    nargs = "?",
+    bang = true,
+    key = "tasks",
+    complete = statuses,
+    desc = "List this Neovim's tasks (!: every Neovim's and MCP client's): [status|all]",
+  },
+  {
+    name = "SidekickOutput",
+    nargs = "*",
+    key = "output",
+    desc = "Live view of a task's output: [TOKEN] [/regex/]",
+  },
+  {
+    name = "SidekickSend",
+    nargs = 0,
+    key = "send",
+    desc = "Send the chat to its model; the reply streams in and its tool calls run",
+  },
+  {
+    name = "SidekickStop",
+    nargs = 0,
+    key = "stop",
+    desc = "Stop the reply streaming into the chat, and the loop (tasks keep running)",
+  },
+  {
+    name = "SidekickChat",
+    nargs = "?",
+    complete = model_specs,
+    desc = "Open a new chat file under chat.dir: [provider/model] (default chat.model)",
+  },
+  {
+    name = "SidekickModel",
+    nargs = "?",
+    complete = model_specs,
+    desc = "Show the chat's model, or set it in its front matter: [provider/model]",
+  },
+  {
+    name = "SidekickInstall",
+    nargs = 0,
+    desc = "Create the plugin's Python venv: pynvim (and httpx2, mcp on Python 3.10+)",
+  },
+  { name = "SidekickMcp", nargs = 0, desc = "Print the command that registers the MCP server" },
 }
 
 for _, cmd in ipairs(M.list) do
-  cmd.desc, cmd.run = DESC[cmd.name], run[cmd.name]
+  cmd.run = run[cmd.name]
 end
 
 --- Run a command; its error is said in one message.
