@@ -38,8 +38,8 @@ _TOKENS = re.compile(
     + ")"
 )
 # Every token starts with one of the kept prefixes: _TOKENS (whose look-behind
-# costs at every character) runs only on a text where one occurs. Same result,
-# about a third of the time on a long chat (bench/ANALYSIS.md).
+# costs at every character) runs only on a text where one occurs, with the
+# same result.
 _TOKEN_HINT = re.compile("|".join(keep for keep, _ in _TOKEN_PATTERNS))
 
 # A PEM private key, to its END line (or to the end of the text when cut short).

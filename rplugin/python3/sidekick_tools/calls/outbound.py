@@ -42,9 +42,8 @@ async def build(marks: Any, buf: int, config: Config) -> Any:
     from ..llm import ChatNotReady, ConfigError, build_request
 
     mirror = await marks.mirror(buf)
-    # A long chat's first request takes a while to build (a 100,000-line chat:
-    # ~0.2 s; later ones reuse it): off the loop, from a copy, so the host
-    # keeps answering.
+    # A long chat's first request takes a while to build (later ones reuse
+    # it): off the loop, from a copy, so the host keeps answering.
     lines, chat, cfg = list(mirror.lines), mirror.chat(), chat_settings(config)
     specs = tools.specs(config)  # descriptions carry the configured numbers
     loop = asyncio.get_running_loop()
