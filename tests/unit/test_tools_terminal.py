@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import enum
 import os
 import re
 import signal
 import time
-import types
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from sidekick_tools.config import Config
 from sidekick_tools.defaults import default
+from sidekick_tools.tasks.model import Task
+from sidekick_tools.tasks.model import TaskStatus as Status
 from sidekick_tools.tools import command_policy
 from sidekick_tools.tools import run_terminal_command as rtc
 from sidekick_tools.tools.base import ToolContext
@@ -29,35 +27,16 @@ TOOL = rtc.TOOL
 # ------------------------------------------------------------ fake manager
 
 
-class Status(enum.Enum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-@dataclass
-class FakeTask:
-    id: str
-    spec: Any
-    status: Status
-    log_dir: str
-    exit_code: int | None = None
-    reason: str | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-
-
 class FakeManager:
-    """Runs each spec for real (own session, output to files), like the real manager."""
+    """Runs each spec for real (own session, output to files), like the real manager,
+    and answers with real `Task` objects."""
 
     def __init__(self, root, default_timeout: float = 30.0):
         self.root = root
         self.default_timeout = default_timeout
         self.specs: list[Any] = []
         self.waits: list[tuple[str, float | None]] = []
-        self.tasks: dict[str, FakeTask] = {}
+        self.tasks: dict[str, Task] = {}
         self._ends: dict[str, asyncio.Future] = {}
         self._procs: dict[str, Any] = {}
         self.fail_submit: Exception | None = None
@@ -74,7 +53,14 @@ class FakeManager:
         token = f"{0xA1B2C0 + len(self.specs):06x}"
         log_dir = self.root / token
         log_dir.mkdir(parents=True)
-        task = FakeTask(token, spec, Status.RUNNING, str(log_dir), started_at=time.time())
+        task = Task(
+            id=token,
+            command=spec.command,
+            cwd=spec.cwd,
+            status=Status.RUNNING,
+            log_dir=str(log_dir),
+            started_at=time.time(),
+        )
         self.tasks[token] = task
         with open(log_dir / "stdout", "wb") as out, open(log_dir / "stderr", "wb") as err:
             proc = await asyncio.create_subprocess_shell(
@@ -411,7 +397,7 @@ async def test_hybrid_threshold_returns_running_with_token(tmp_path, manager):
 
 async def test_default_threshold_wording(tmp_path, manager):
     ctx = make_ctx(tmp_path, manager, threshold=10)
-    res = rtc.running_result(types.SimpleNamespace(id="abc123", status="running"), waited=10.0)
+    res = rtc.running_result(Task(id="abc123", status="running"), waited=10.0)
     assert res.body.startswith("Still running after 10s as task abc123. It continues")
     assert ctx.config.tasks.hybrid_threshold == 10
 
@@ -528,15 +514,7 @@ async def test_submit_error_is_a_failed_result(tmp_path, manager):
 
 
 async def test_submit_returning_a_terminal_task_is_reported_at_once(tmp_path):
-    done = types.SimpleNamespace(
-        id="dead01",
-        status="failed",
-        exit_code=None,
-        reason="spawn_error",
-        started_at=None,
-        ended_at=None,
-        log_dir=None,
-    )
+    done = Task(id="dead01", status="failed", reason="spawn_error")
 
     class Refusing:
         async def submit(self, spec):
@@ -552,7 +530,7 @@ async def test_submit_returning_a_terminal_task_is_reported_at_once(tmp_path):
 
 
 async def test_queued_task_wording(tmp_path):
-    queued = types.SimpleNamespace(id="q00001", status=Status.QUEUED)
+    queued = Task(id="q00001", status=Status.QUEUED)
 
     class Busy:
         async def submit(self, spec):
@@ -654,7 +632,7 @@ def _task(tmp_path, stdout=b"", stderr=b"", **kw):
         log_dir=str(log_dir),
     )
     base.update(kw)
-    return types.SimpleNamespace(**base)
+    return Task(**base)
 
 
 @pytest.mark.parametrize(
@@ -686,26 +664,8 @@ def test_result_from_task_field_order(tmp_path):
     assert list(res.fields) == ["exit", "duration", "reason", "task"]
 
 
-def test_result_from_task_accepts_datetimes(tmp_path):
-    t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
-    res = rtc.result_from_task(
-        _task(tmp_path, started_at=t0, ended_at=t0 + timedelta(seconds=61, milliseconds=500))
-    )
-    assert res.fields["duration"] == 61.5
-
-
 def test_result_from_task_without_times_or_logs(tmp_path):
-    res = rtc.result_from_task(
-        types.SimpleNamespace(
-            id="t1",
-            status="completed",
-            exit_code=0,
-            reason=None,
-            started_at=None,
-            ended_at=None,
-            log_dir=None,
-        )
-    )
+    res = rtc.result_from_task(Task(id="t1", status="completed", exit_code=0))
     assert (res.status, res.body, res.fields) == (
         "completed",
         "(no output)",
@@ -750,7 +710,7 @@ def test_result_from_task_reads_bytes_it_never_holds_all_of(tmp_path):
         f.seek(0, os.SEEK_END)
         f.write(b"\nlast line\n")
     (log / "stderr").write_bytes(b"")
-    task = types.SimpleNamespace(
+    task = Task(
         id="big",
         status="completed",
         exit_code=0,
@@ -765,5 +725,5 @@ def test_result_from_task_reads_bytes_it_never_holds_all_of(tmp_path):
 
 
 def test_result_from_task_for_a_running_task(tmp_path):
-    res = rtc.result_from_task(types.SimpleNamespace(id="r1", status=Status.RUNNING))
+    res = rtc.result_from_task(Task(id="r1", status=Status.RUNNING))
     assert res.status == "running" and res.fields == {"task": "r1"}

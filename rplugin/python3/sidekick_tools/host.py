@@ -341,7 +341,7 @@ def _task_filter(
 
 
 def _status(task: Any) -> str:
-    return str(getattr(task.status, "value", task.status))
+    return task.status.value
 
 
 def _list(value: Any) -> list[Any]:

@@ -80,9 +80,9 @@ class TaskFollower:
         self.ctx.registry.state(
             tracked,
             "running",
-            started_at=getattr(task, "started_at", None),
-            progress=getattr(task, "progress", None),
-            progress_text=getattr(task, "progress_text", None),
+            started_at=task.started_at,
+            progress=task.progress,
+            progress_text=task.progress_text,
         )
 
     def _refresh_queue(self) -> None:

@@ -264,7 +264,7 @@ class _Batch:
 
 
 def log_path_of(task: Any) -> str | None:
-    if task is None or not getattr(task, "log_dir", None):
+    if task is None or not task.log_dir:
         return None
     return f"{task.log_dir}/stdout"
 

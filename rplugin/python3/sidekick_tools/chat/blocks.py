@@ -91,7 +91,7 @@ class ToolSpec:
 
     @classmethod
     def of(cls, tool: Any) -> ToolSpec:
-        return cls(tool.name, getattr(tool, "description", "") or "", dict(tool.schema))
+        return cls(tool.name, tool.description, dict(tool.schema))
 
 
 # --- streamed deltas --------------------------------------------------------------

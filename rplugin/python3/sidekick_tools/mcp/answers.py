@@ -81,7 +81,7 @@ def from_task_call(
     progress = progress_of(task)
     if progress is not None:
         head["progress"] = progress
-    log_path = getattr(task, "log_path", None)
+    log_path = task.log_path
     text = clean_output(result.body.encode("utf-8", "replace"))
     return payload(head, truncate_tail(text, max_lines, log_path).rstrip("\n"))
 

@@ -181,7 +181,7 @@ def client_chat(name: str | None) -> str:
 
 
 def is_mcp_task(task: Any) -> bool:
-    return str(getattr(task, "chat", "") or "").startswith(CHAT_PREFIX)
+    return task.chat.startswith(CHAT_PREFIX)
 
 
 Handler = Callable[["Face", dict[str, Any], ToolContext, Optional[Report]], Awaitable[Answer]]

@@ -25,8 +25,7 @@ TOKEN_SCHEMA = string(
 
 
 def status_of(task: Any) -> str:
-    status = task.status
-    return str(getattr(status, "value", status))
+    return task.status.value
 
 
 def answer(payload: dict[str, Any]) -> str:
@@ -52,7 +51,7 @@ def bad_token(raw: Any, names: ToolNames = CHAT_NAMES) -> str | None:
 
 def names_of(ctx: Any) -> ToolNames:
     """The tool names the answers given in ``ctx`` use (the chat's by default)."""
-    return getattr(ctx, "names", None) or CHAT_NAMES
+    return ctx.names
 
 
 def not_found(token: str, extra: dict[str, Any] | None = None) -> ToolResult:
@@ -83,7 +82,7 @@ def own_task(ctx: Any, raw: Any) -> bool:
         task = ctx.tasks.get(token)
     except Exception:
         return False
-    return task is None or (bool(ctx.chat) and getattr(task, "chat", None) == ctx.chat)
+    return task is None or (bool(ctx.chat) and task.chat == ctx.chat)
 
 
 class TaskTool:
@@ -134,10 +133,10 @@ def summary(task: Any) -> str:
     """What the task produced, for the LLM: the stored summary (the manager's:
     last ``[RESULT]`` section, else what follows the last ``> `` prompt, else the
     tail; ANSI stripped), computed from the log's tail when none is stored."""
-    stored = getattr(task, "summary", None)
+    stored = task.summary
     if stored:
         return str(stored)
-    path = getattr(task, "log_path", None)
+    path = task.log_path
     if not path:
         return ""
     return summary_of(decode(tail_bytes(path, 64 * 1024)))
@@ -184,10 +183,10 @@ def age(seconds: float) -> str:
 
 
 def elapsed(task: Any, now: float | None = None) -> float:
-    start = getattr(task, "started_at", None)
+    start = task.started_at
     if start is None:
         return 0.0
-    end = getattr(task, "ended_at", None)
+    end = task.ended_at
     return max(0.0, (end if end is not None else (now or time.time())) - start)
 
 
@@ -200,6 +199,6 @@ def mark_read(ctx: Any, token: str) -> None:
 
 
 def agent_of(task: Any) -> str | None:
-    env = getattr(task, "env", None) or {}
+    env = task.env
     name = env.get("SIDEKICK_AGENT") if isinstance(env, dict) else None
     return str(name) if name else None

@@ -73,7 +73,7 @@ def describe(ctx: Any, token: str, task: Any, waited: float) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "task": token,
         "status": state if done else "running",
-        "log_lines": int(getattr(task, "lines", 0) or 0),
+        "log_lines": task.lines,
         "timed_out": not done,
         "waited_seconds": waited,
     }
@@ -83,15 +83,15 @@ def describe(ctx: Any, token: str, task: Any, waited: float) -> dict[str, Any]:
         if ahead is not None:
             payload["queued_behind"] = ahead
     if done:
-        payload["exit_code"] = getattr(task, "exit_code", None)
+        payload["exit_code"] = task.exit_code
         payload["summary"] = _tasks.summary(task)
         if state != "completed":
-            reason = getattr(task, "reason", None)
-            payload["error"] = getattr(task, "error", None) or reason or state
+            reason = task.reason
+            payload["error"] = task.error or reason or state
         _tasks.mark_read(ctx, token)
     else:
-        percent = getattr(task, "progress", None)
-        step = getattr(task, "progress_text", None)
+        percent = task.progress
+        step = task.progress_text
         if percent is not None or step:
             payload["progress"] = {"percent": percent, "step": step}
         payload["message"] = still_running(_tasks.names_of(ctx))

@@ -41,7 +41,7 @@ class HaltTask(_tasks.TaskTool):
             return ToolResult.ok(_tasks.answer(already_ended(token, final, _tasks.names_of(ctx))))
         _tasks.mark_read(ctx, token)
         ran = _tasks.age(_tasks.elapsed(final))
-        was_queued = getattr(final, "started_at", None) is None
+        was_queued = final.started_at is None
         message = (
             f"Task {token} was cancelled before it started (it was queued)."
             if was_queued
@@ -52,7 +52,7 @@ class HaltTask(_tasks.TaskTool):
         payload = {
             "task": token,
             "status": "cancelled",
-            "output": _tasks.tail_text(getattr(final, "log_path", None)),
+            "output": _tasks.tail_text(final.log_path),
             "message": message,
         }
         return ToolResult.ok(_tasks.answer(payload))
@@ -60,18 +60,18 @@ class HaltTask(_tasks.TaskTool):
 
 def already_ended(token: str, task: Any, names: ToolNames = CHAT_NAMES) -> dict[str, Any]:
     state = _tasks.status_of(task)
-    exit_code = getattr(task, "exit_code", None)
+    exit_code = task.exit_code
     how = state if exit_code is None else f"{state}, exit {exit_code}"
-    reason = getattr(task, "reason", None)
+    reason = task.reason
     if reason and reason not in ("exit", state):
         how += f", {reason}"
-    ended = _tasks.iso(getattr(task, "ended_at", None))
+    ended = _tasks.iso(task.ended_at)
     when = f" at {ended}" if ended else ""
     return {
         "task": token,
         "status": state,
         "exit_code": exit_code,
-        "output": _tasks.tail_text(getattr(task, "log_path", None)),
+        "output": _tasks.tail_text(task.log_path),
         "message": f"Task {token} had already ended ({how}){when}; nothing to halt. "
         f'Its result: {names.status} {{"task": "{token}"}}.',
     }

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from ..tasks.manager import TaskSpec
@@ -175,7 +174,7 @@ def result_from_task(task: Any, tail_bytes: int = TAIL_BYTES) -> ToolResult:
         return running_result(task)
     status, reason, fields = final_status(task)
 
-    log_dir = getattr(task, "log_dir", None)
+    log_dir = task.log_dir
     out = _tail(log_dir, "stdout", tail_bytes)
     err = _tail(log_dir, "stderr", tail_bytes)
     parts = []
@@ -200,8 +199,8 @@ def final_status(task: Any) -> tuple[str, str, dict[str, Any]]:
     the task did not simply exit; spaces become underscores), ``task``.
     """
     state = _tasks.status_of(task)
-    exit_code = getattr(task, "exit_code", None)
-    reason = str(getattr(task, "reason", None) or "")
+    exit_code = task.exit_code
+    reason = str(task.reason or "")
     if state == "cancelled":
         status = "cancelled"
     elif state == "completed" and exit_code in (0, None):
@@ -246,22 +245,9 @@ def _tail(log_dir: Any, name: str, limit: int) -> str:
 
 
 def _duration(task: Any) -> float | None:
-    start = _epoch(getattr(task, "started_at", None))
-    end = _epoch(getattr(task, "ended_at", None))
-    if start is None or end is None:
+    if task.started_at is None or task.ended_at is None:
         return None
-    return max(0.0, end - start)
-
-
-def _epoch(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.timestamp()
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+    return task.duration()
 
 
 def _secs(seconds: float) -> str:

@@ -87,7 +87,7 @@ def render(
     token: str, task: Any, read: Any, pattern: str | None, names: ToolNames = CHAT_NAMES
 ) -> str:
     state = _tasks.status_of(task)
-    log_path = getattr(task, "log_path", None)
+    log_path = task.log_path
     if read.filtered:
         lines = list(read.matches or [])
         text = "\n".join(lines)
@@ -100,7 +100,7 @@ def render(
         "log_lines": int(read.lines or 0),
     }
     if state in _tasks.TERMINAL:
-        payload["exit_code"] = getattr(task, "exit_code", None)
+        payload["exit_code"] = task.exit_code
     if read.filtered:
         payload["filter"] = pattern
         payload["matching_lines"] = len(lines)
@@ -136,7 +136,7 @@ def _message(state: str, task: Any, read: Any, any_lines: bool, names: ToolNames
             else "No new line matches the filter (nothing was marked as read)."
         )
     if state in _tasks.TERMINAL:
-        exit_code = getattr(task, "exit_code", None)
+        exit_code = task.exit_code
         how = state if exit_code is None else f"{state}, exit {exit_code}"
         tail = "this is the rest of its output." if any_lines else "all its output was read."
         return f"The task has ended ({how}); {tail}"
@@ -148,8 +148,8 @@ def _message(state: str, task: Any, read: Any, any_lines: bool, names: ToolNames
 def progress_of(task: Any, text: str, log_path: str | None) -> dict[str, Any] | None:
     """The latest progress marker: from the text just read if it holds one (fresher
     than the engine's periodic scan), else the task's recorded progress."""
-    percent = getattr(task, "progress", None)
-    step = getattr(task, "progress_text", None)
+    percent = task.progress
+    step = task.progress_text
     for line in reversed(text.split("\n")) if text else ():
         marker = parse_line(line)
         if marker is not None and marker.kind == "progress":

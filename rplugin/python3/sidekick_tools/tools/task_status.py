@@ -46,8 +46,8 @@ def shape(ctx: Any, token: str, task: Any) -> dict[str, Any]:
     summary = _tasks.summary(task).strip("\n")
     if state == "completed":
         return {"status": "completed", "result": summary}
-    reason = getattr(task, "reason", None)
-    error = getattr(task, "error", None)
+    reason = task.reason
+    error = task.error
     if state == "cancelled":
         head = "cancelled" + (f" ({error})" if error and error != "cancelled" else "")
         head += " before it finished (halted)"

@@ -167,7 +167,7 @@ def result_from_task(task: Any) -> ToolResult:
     body = _tasks.summary(task).strip("\n")
     if not body.strip():
         body = "(the agent printed nothing)"
-    error = getattr(task, "error", None)
+    error = task.error
     if status != "completed" and error and str(error) not in body:
         body += f"\n[{error}]"
     return ToolResult(status, body, fields)
