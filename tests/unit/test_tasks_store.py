@@ -229,7 +229,6 @@ def test_find_by_call_and_delivered(tasks_store: TaskStore) -> None:
 
 def test_purge_rules(tasks_store: TaskStore) -> None:
     now = 10 * DAY
-    retention = (1 * DAY, 2 * DAY)
 
     def add(status: S, age_days: float, read: bool) -> str:
         return tasks_store.insert(
@@ -255,20 +254,10 @@ def test_purge_rules(tasks_store: TaskStore) -> None:
         add(S.FAILED, 2.5, True),
         add(S.CANCELLED, 4.5, False),
     }
-    removed = tasks_store.purge(now, retention)
+    removed = tasks_store.purge(now, 1 * DAY, 2 * DAY)
     assert set(removed) == gone
     assert {t.id for t in tasks_store.list(ALL, limit=None)} == keep
-    assert tasks_store.purge(now, {"completed": DAY, "failed": 2 * DAY}) == []
-
-
-class _Retention:
-    completed = 60.0
-    failed = 120.0
-
-
-def test_purge_accepts_config_objects(tasks_store: TaskStore) -> None:
-    t = tasks_store.insert(mk(status=S.COMPLETED, ended_at=0.0, result_read=True))
-    assert tasks_store.purge(1000.0, _Retention()) == [t.id]
+    assert tasks_store.purge(now, DAY, 2 * DAY) == []
 
 
 # --------------------------------------------------------------------------- SQLite only

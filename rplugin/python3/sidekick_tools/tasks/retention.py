@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .model import is_token
-from .store import StoreError, retention_pair
+from .store import StoreError
 
 if TYPE_CHECKING:
     from .engine import TaskEngine
@@ -31,9 +31,10 @@ class Retention:
 
     async def purge(self, now: float | None = None) -> list[str]:
         """Remove finished tasks past retention: rows and log directories."""
-        retention = retention_pair(self.engine.config.retention)
+        keep = self.engine.config.retention
         try:
-            tokens = self.engine.store.purge(time.time() if now is None else now, retention)
+            now = time.time() if now is None else now
+            tokens = self.engine.store.purge(now, keep.completed, keep.failed)
         except StoreError:
             log.exception("task purge failed")
             return []

@@ -7,7 +7,7 @@ passed back to `update()`.
 
 from __future__ import annotations
 
-from .base import TaskStore, retention_pair
+from .base import TaskStore
 from .buffered import BufferedStore
 from .errors import DuplicateToken, StoreBusy, StoreError
 from .memory import MemoryStore
@@ -44,5 +44,4 @@ __all__ = [
     "TaskStore",
     "normalize_status",
     "open_store",
-    "retention_pair",
 ]

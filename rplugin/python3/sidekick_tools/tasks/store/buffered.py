@@ -249,8 +249,8 @@ class BufferedStore:
     def delete(self, token: str) -> bool:
         return bool(self._ask("delete", token))
 
-    def purge(self, now: float, retention: Any) -> list[str]:
-        return list(self._ask("purge", now, retention))
+    def purge(self, now: float, completed: float, failed: float) -> list[str]:
+        return list(self._ask("purge", now, completed, failed))
 
     def close(self) -> None:
         self._queue.cancel()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterable
-from typing import Any
 
 from ..model import Task, is_token
 from . import base
@@ -107,8 +106,7 @@ class MemoryStore:
             self._seq.pop(token, None)
             return self._tasks.pop(token, None) is not None
 
-    def purge(self, now: float, retention: Any) -> list[str]:
-        completed, failed = base.retention_pair(retention)
+    def purge(self, now: float, completed: float, failed: float) -> list[str]:
         with self._lock:
             gone = [
                 tok for tok, t in self._tasks.items() if base.purgeable(t, now, completed, failed)

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..model import Task, TaskStatus, is_token
 from . import sqlite_reads
-from .base import Expect, Fields, Reserve, allocate_token, fields_to_write, retention_pair
+from .base import Expect, Fields, Reserve, allocate_token, fields_to_write
 from .errors import DuplicateToken
 from .query import TaskQuery
 from .schema import COLUMNS, column_of, to_db
@@ -134,9 +134,9 @@ class SqliteStore:
             return cur.rowcount > 0
 
     @guarded
-    def purge(self, now: float, retention: Any) -> list[str]:
-        """Delete finished tasks past retention (see `base.purgeable`); their tokens."""
-        completed, failed = retention_pair(retention)
+    def purge(self, now: float, completed: float, failed: float) -> list[str]:
+        """Delete finished tasks past retention (see `base.purgeable`): completed ones
+        after `completed` seconds, failed and cancelled after `failed`; their tokens."""
         sql = """
             SELECT token FROM tasks
             WHERE status = ? AND coalesce(ended_at, created_at) < ?
