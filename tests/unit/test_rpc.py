@@ -42,6 +42,7 @@ def test_every_notification_lua_sends_is_declared_as_one():
 def test_only_init_runs_before_init_and_requests_are_not_notifications():
     assert [m.name for m in rpc.METHODS.values() if m.before_init] == ["init"]
     assert rpc.lookup("run_tool", rpc.NOTIFICATION) is None  # running needs an answer
+    assert rpc.lookup("chat_opened", rpc.REQUEST) is None  # nobody waits on it
     assert rpc.lookup("no_such_method", rpc.REQUEST) is None
 
 

@@ -69,7 +69,7 @@ class NvimPort:
         if fut.done():
             return fut.result()
         current = greenlet.getcurrent()
-        if current.parent is None:  # not in a handler greenlet (tests): run the loop
+        if current.parent is None:  # not in a handler (the host's exit): run the loop
             return self.loop.run_until_complete(fut)
         fut.add_done_callback(lambda _f: current.switch())
         current.parent.switch()

@@ -55,8 +55,8 @@ def request(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def notification(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A method Lua sends with rpcnotify (it may also be requested: tests wait on it)."""
-    return _declare((NOTIFICATION, REQUEST), False)(fn)
+    """A method Lua sends with rpcnotify: nobody waits for it."""
+    return _declare((NOTIFICATION,), False)(fn)
 
 
 def init(fn: Callable[..., Any]) -> Callable[..., Any]:
