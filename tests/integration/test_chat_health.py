@@ -134,3 +134,13 @@ def test_checkhealth_without_providers_says_so(editor):
     chat = section(health(editor), "sidekick_tools: chat")
     assert level(chat, "no provider in chat.providers") == "WARNING"
     assert level(chat, 'chat.model none/x: no provider "none"') == "ERROR"
+
+
+def test_checkhealth_resolves_providers_with_the_hosts_defaults(editor):
+    """Where a provider kind goes, and with which key, when the provider names
+    neither: :checkhealth (Lua) says what the host (Python) will do."""
+    from sidekick_tools.llm import settings
+
+    check = "return require('sidekick_tools.provider_check')"
+    assert editor.lua(check + ".DEFAULT_BASE_URLS") == settings.DEFAULT_BASE_URLS
+    assert editor.lua(check + ".DEFAULT_API_KEYS") == settings.DEFAULT_API_KEYS
