@@ -221,13 +221,13 @@ def test_help_lists_the_configured_keys(editor):
 def test_the_help_closes_with_the_keys_the_user_configured(editor):
     """The help float closes with <Esc> and with the configured close and help
     keys (it closed only with the defaults q and ?)."""
-    editor.setup(keymaps={"tasks_window": {"close": "Q", "help": "g?"}})
+    editor.setup(keymaps={"tasks_window": {"close": "gq", "help": "g?"}})
     open_tasks(editor)
 
     def float_open() -> bool:
         return editor.lua("return vim.api.nvim_win_get_config(0).relative") != ""
 
-    for key in ("Q", "g?", "<Esc>"):
+    for key in ("gq", "g?", "<Esc>"):
         editor.nvim.input("g?")
         wait_for(float_open)
         editor.nvim.input(key)
