@@ -45,6 +45,9 @@ end
 function M.setup(opts)
   vim.validate({ opts = { opts, "table", true } })
   config.setup(opts)
+  for _, conflict in ipairs(require("sidekick_tools.keymaps").conflicts()) do
+    vim.notify(conflict, vim.log.levels.WARN)
+  end
   -- the MCP server reads the settings it shares with the editor from this file
   local _, write_err = config.write_mcp_settings()
   if write_err then

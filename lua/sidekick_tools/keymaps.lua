@@ -68,6 +68,52 @@ function M.help_lines(group)
   return out
 end
 
+--- Keys the configuration gives to two actions of the same place (the chat
+--- buffers, a window): one of the two mappings would silently replace the other.
+---@return string[] one message per such key
+function M.conflicts()
+  local maps = config.current.keymaps or {}
+  local out = {}
+  local function check(entries) -- { option path, its keys } in the order they are mapped
+    local seen = {}
+    for _, entry in ipairs(entries) do
+      for _, lhs in ipairs(entry[2]) do
+        local code = vim.api.nvim_replace_termcodes(lhs, true, true, true)
+        local first = seen[code]
+        if first and first ~= entry[1] then
+          table.insert(
+            out,
+            string.format(
+              "sidekick_tools: %s and %s are both %s; only %s works",
+              first,
+              entry[1],
+              lhs,
+              entry[1]
+            )
+          )
+        end
+        seen[code] = entry[1]
+      end
+    end
+  end
+  local chat = {}
+  for _, cmd in ipairs(require("sidekick_tools.commands").list) do
+    if cmd.key then
+      table.insert(chat, { "keymaps." .. cmd.key, M.keys(maps[cmd.key]) })
+    end
+  end
+  check(chat)
+  for _, group in ipairs({ "tasks_window", "output_window" }) do
+    local entries = {}
+    for _, name in ipairs(M.actions(group)) do
+      local path = "keymaps." .. group .. "." .. name
+      table.insert(entries, { path, M.keys((maps[group] or {})[name]) })
+    end
+    check(entries)
+  end
+  return out
+end
+
 --- Buffer-local keymaps of a chat buffer: the key of each command that names
 --- one (false or "" in the option: none).
 function M.apply_chat(buf)

@@ -234,6 +234,29 @@ def test_the_help_closes_with_the_keys_the_user_configured(editor):
         wait_for(lambda: editor.lua("return vim.bo.filetype") == "sidekick_tasks")
 
 
+def test_setup_says_which_keys_two_actions_share(editor):
+    """A key given to two actions of one place: setup() says so (the later mapping
+    wins, and the other action would have no key without a word)."""
+    editor.setup()
+    assert not [n for n in editor.notifications() if "are both" in n]
+    editor.setup(
+        keymaps={
+            "send": "<leader>sr",
+            "tasks_window": {"close": "Q"},
+            "output_window": {"close": "x"},
+        }
+    )
+    said = [n for n in editor.notifications() if "are both" in n]
+    assert said == [
+        "sidekick_tools: keymaps.run_tool and keymaps.send are both <leader>sr; "
+        "only keymaps.send works",
+        "sidekick_tools: keymaps.tasks_window.quickfix and keymaps.tasks_window.close are "
+        "both Q; only keymaps.tasks_window.close works",
+        "sidekick_tools: keymaps.output_window.halt and keymaps.output_window.close are "
+        "both x; only keymaps.output_window.close works",
+    ]
+
+
 def test_statusline_counts_running_and_unseen_failures(editor):
     editor.setup()
     marker = editor.workdir / "release"
