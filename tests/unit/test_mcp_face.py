@@ -119,6 +119,18 @@ def test_settings_are_read_again_when_the_file_changes(tmp_path):
     assert sorted(source.current().agents) == ["a", "bb"]  # kept
 
 
+def test_a_finished_call_whose_task_is_gone_is_still_answered():
+    """The task of a finished run can be purged before the answer is made."""
+    from sidekick_tools.mcp import answers
+    from sidekick_tools.tools.base import ToolResult
+
+    result = ToolResult("failed", "boom\n", {"exit": 2, "task": "abc123"})
+    got = answers.from_task_call(result, None, face_mod.NAMES, 50, 10.0)
+    assert not got.is_error
+    assert json.loads(got.text.split("\n" + answers.SEPARATOR)[0])["exit_code"] == 2
+    assert got.text.endswith("boom")
+
+
 def test_client_names_become_chat_identities():
     assert client_chat("Claude Code") == "mcp:Claude-Code"
     assert client_chat(None) == "mcp:client"

@@ -81,7 +81,7 @@ def from_task_call(
     progress = progress_of(task)
     if progress is not None:
         head["progress"] = progress
-    log_path = task.log_path
+    log_path = task.log_path if task is not None else None  # purged meanwhile
     text = clean_output(result.body.encode("utf-8", "replace"))
     return payload(head, truncate_tail(text, max_lines, log_path).rstrip("\n"))
 
