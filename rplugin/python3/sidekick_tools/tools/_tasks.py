@@ -183,11 +183,8 @@ def age(seconds: float) -> str:
 
 
 def elapsed(task: Any, now: float | None = None) -> float:
-    start = task.started_at
-    if start is None:
-        return 0.0
-    end = task.ended_at
-    return max(0.0, (end if end is not None else (now or time.time())) - start)
+    """Seconds the task has run (0 before it starts): `Task.duration`, never None."""
+    return task.duration(now) or 0.0
 
 
 def mark_read(ctx: Any, token: str) -> None:
