@@ -230,7 +230,7 @@ class Host:
         task = self.tasks.get(token)
         if task is None:
             raise UserError(f"sidekick_tools: no task {token} (unknown or expired)")
-        status = _status(task)
+        status = task.status.value
         if status in TERMINAL:
             return {"id": token, "status": status, "message": f"Task {token} already {status}"}
         # The editor waits for this answer: never for the whole kill. A task that
@@ -248,7 +248,8 @@ class Host:
                 "message": f"Halting task {token}: SIGTERM sent; SIGKILL in {grace:g}s "
                 "if it is still running",
             }
-        return {"id": token, "status": _status(task), "message": f"Task {token} {_status(task)}"}
+        status = task.status.value
+        return {"id": token, "status": status, "message": f"Task {token} {status}"}
 
     @rpc.request
     def rpc_list_tasks(self, opts: dict[str, Any] | None = None) -> Any:
@@ -338,10 +339,6 @@ def _task_filter(
         return status, None, None
     chats = [str(c) for c in _list(opts.get("chats")) if c]
     return status, owner, chats or None
-
-
-def _status(task: Any) -> str:
-    return task.status.value
 
 
 def _list(value: Any) -> list[Any]:
