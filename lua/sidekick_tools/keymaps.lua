@@ -18,6 +18,12 @@ function M.keys(value)
   return {}
 end
 
+--- The configured keys of window `group` ("tasks_window", "output_window"), by action.
+---@return table<string, any>
+function M.of(group)
+  return (config.current.keymaps or {})[group] or {}
+end
+
 --- What key `name` of window `group` does: its option's description without
 --- the window's name ("Tasks window: halt the task" -> "halt the task").
 ---@param group string "tasks_window" | "output_window"
@@ -35,7 +41,7 @@ end
 --- Map the keys of window `group` in `buf` to `actions` (name -> function); an
 --- action's error is said in one message.
 function M.set_window_keys(buf, group, actions)
-  local maps = (config.current.keymaps or {})[group] or {}
+  local maps = M.of(group)
   for _, name in ipairs(M.actions(group)) do
     local fn = actions[name]
     for _, lhs in ipairs(fn and M.keys(maps[name]) or {}) do
@@ -57,7 +63,7 @@ end
 --- "keys  what they do" of each configured key of window `group`.
 ---@return string[]
 function M.help_lines(group)
-  local maps = (config.current.keymaps or {})[group] or {}
+  local maps = M.of(group)
   local out = {}
   for _, name in ipairs(M.actions(group)) do
     local keys = M.keys(maps[name])
@@ -107,7 +113,7 @@ function M.conflicts()
     local entries = {}
     for _, name in ipairs(M.actions(group)) do
       local path = "keymaps." .. group .. "." .. name
-      table.insert(entries, { path, M.keys((maps[group] or {})[name]) })
+      table.insert(entries, { path, M.keys(M.of(group)[name]) })
     end
     check(entries)
   end

@@ -242,7 +242,7 @@ local function help()
     title = " sidekick tasks ",
   })
   -- closed by <Esc> and by the keys that close the window and show this help
-  local maps = (require("sidekick_tools.config").current.keymaps or {}).tasks_window or {}
+  local maps = keymaps.of("tasks_window")
   local closers = vim.list_extend({ "<Esc>" }, keymaps.keys(maps.close))
   vim.list_extend(closers, keymaps.keys(maps.help))
   for _, key in ipairs(closers) do
