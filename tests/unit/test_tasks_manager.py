@@ -293,6 +293,22 @@ async def test_halt_kills_whole_group_even_if_it_ignores_sigterm(tasks_manager, 
     assert (await tasks_manager.halt(t.id)).status is S.CANCELLED  # idempotent
 
 
+@pytest.mark.parametrize("how", ["halt", "timeout"])
+async def test_a_stopped_task_ends_once_its_whole_group_is_gone(tasks_manager, tmp_path, how):
+    # the leader dies at SIGTERM; a member of its group takes a while to follow
+    cmd = "(trap 'sleep 0.5; exit 0' TERM; echo ready; while :; do sleep 0.05; done) & wait"
+    t = await tasks_manager.submit(
+        spec(cmd, cwd=str(tmp_path), timeout=None if how == "halt" else 1)
+    )
+    await until(lambda: "ready" in read(t.log_path))
+    if how == "halt":
+        ended = await tasks_manager.halt(t.id)
+    else:
+        ended = await tasks_manager.wait(t.id, 10)
+    assert ended.terminal
+    assert live_members(t.pid) == []
+
+
 async def test_timeout_fails_with_reason_timeout(tasks_manager, tmp_path):
     t = await tasks_manager.submit(spec("echo partial; sleep 100", cwd=str(tmp_path), timeout=0.5))
     assert t.timeout == 0.5

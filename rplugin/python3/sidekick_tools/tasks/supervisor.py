@@ -124,6 +124,7 @@ class Supervisor:
         self.turn = turn  # when queued: resolves once it may start (False: removed)
         self.follower = LogFollower(task.log_path or os.devnull)
         self.stop_request: StopRequest | None = None
+        self.stopping: asyncio.Future[Any] | None = None  # `stop`'s SIGTERM/SIGKILL, under way
         self.finishing = False
         self.watched_since = time.monotonic()  # the progress poll's first read waits an interval
         loop = asyncio.get_running_loop()
@@ -251,7 +252,8 @@ class Supervisor:
     def stop(self, reason: str, error: str | None = None) -> None:
         """Stop the task: SIGTERM its group, SIGKILL after `halt_grace`."""
         if self.request_stop(reason, error) and self.proc is not None:
-            self.engine.background(self.proc.terminate(float(self.engine.config.halt_grace)))
+            grace = float(self.engine.config.halt_grace)
+            self.stopping = self.engine.background(self.proc.terminate(grace))
 
     # -- ending -----------------------------------------------------------------------
 
@@ -260,6 +262,9 @@ class Supervisor:
         self.engine.unwatch(self)
         proc, engine = self.proc, self.engine
         assert proc is not None
+        if self.stopping is not None:
+            # a stopped task ends once its whole group is gone, not only its leader
+            await asyncio.wait([self.stopping])
         # Stray background processes of the command ("no orphans"): a child's
         # group got SIGTERM when it was reaped; finish the job off in the background.
         if proc.is_child and group_alive(proc.pgid):
