@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import answers, wait_for
 from tests.integration.ui_helpers import (
     HEADER_ROW,
     current_buf,
@@ -200,6 +203,8 @@ def test_parse_line_strips_escapes(editor):
             "crlf\r",
             "\x1b[38;2;10;20;30mrgb\x1b[m \x1b[38;5;200mx",
             "\x1b[2Kcleared\x01",
+            "\x1b[38;5;256mbad index\x1b[38;2;1;2;300m bad rgb",
+            "\x1b]0;a\x1b\\b\x1b]0;c\x1b[1md",  # an OSC ends at ESC + backslash, or at another ESC
         ],
     )
     assert got == [
@@ -209,4 +214,59 @@ def test_parse_line_strips_escapes(editor):
         ["crlf", 0],
         ["rgb x", 2],
         ["cleared", 0],
+        ["bad index bad rgb", 0],
+        ["bd", 1],
     ]
+
+
+# What a task prints is chosen by the command, the repository it reads, or the
+# model that wrote the call: the view shows any of it without holding the editor,
+# losing lines, or touching anything outside the view.
+
+
+def finished(editor, command: str) -> str:
+    """The token of a task run by the user from a chat, once it completed."""
+    token = start_background(editor, command)
+    status = "return require('sidekick_tools').get_task(...).status"
+    wait_for(lambda: editor.lua(status, token) == "completed")
+    return token
+
+
+def test_a_long_line_redrawn_with_carriage_returns_never_holds_the_editor(editor):
+    editor.setup()
+    # a progress bar's redraws in one line: 400 KB before the last carriage return
+    (editor.workdir / "progress.log").write_bytes(b"x" * 400_000 + b"\rdone\n")
+    token = finished(editor, "cat progress.log")
+    pid = editor.nvim.eval("getpid()")
+    editor.nvim.command(f"SidekickOutput {token}", async_=True)
+    answers(lambda: editor.nvim.eval("1"), unblock=lambda: os.kill(pid, signal.SIGKILL))
+    lines = wait_lines(editor, current_buf(editor), lambda ls: ls[0] == "done")
+    assert lines[-1].startswith(f"[task {token} completed")
+
+
+def test_output_in_thousands_of_colours_leaves_highlight_groups_to_everyone_else(editor):
+    editor.setup()
+    rows = [f"\x1b[38;2;{i % 256};{i // 256 % 256};9mrow{i}\x1b[0m" for i in range(21_000)]
+    (editor.workdir / "colors.txt").write_text("\n".join(rows) + "\n")
+    token = finished(editor, "cat colors.txt")
+    editor.nvim.command(f"SidekickOutput {token}")
+    lines = wait_lines(editor, current_buf(editor), lambda ls: "row20999" in ls)
+    assert lines[:2] == ["row0", "row1"]
+    groups = editor.lua("return vim.fn.getcompletion('SidekickAnsi', 'highlight')")
+    assert 0 < len(groups) <= 2 * 256  # the palette's colours, bold or not
+    # another plugin can still define its groups
+    assert editor.lua(
+        "return pcall(vim.api.nvim_set_hl, 0, 'OtherPluginGroup', { fg = '#ff0000' })"
+    )
+
+
+def test_colour_codes_out_of_range_are_ignored_and_every_line_shown(editor):
+    editor.setup()
+    (editor.workdir / "c.txt").write_text(
+        "before\n\x1b[38;5;300mhello\n\x1b[38;2;99999999999999999999999;0;0mthere\nafter\n"
+    )
+    token = finished(editor, "cat c.txt")
+    editor.nvim.command(f"SidekickOutput {token}")
+    lines = wait_lines(editor, current_buf(editor), lambda ls: "after" in ls)
+    assert lines[:4] == ["before", "hello", "there", "after"]
+    assert editor.notifications() == []
