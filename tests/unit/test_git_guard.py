@@ -310,6 +310,77 @@ def test_a_config_or_index_that_is_not_a_regular_file_is_a_problem(tmp_path):
     assert "not a regular file" in repository_problem(str(work), str(work))
 
 
+@pytest.mark.parametrize(
+    ("link", "markers"),
+    [
+        ("BISECT_START", ["BISECT_LOG"]),
+        ("rebase-merge/head-name", ["rebase-merge/onto", "rebase-merge/interactive"]),
+        ("rebase-apply/head-name", ["rebase-apply/onto"]),
+        ("sequencer/todo", []),
+        ("a-file-of-a-future-git", []),
+    ],
+)
+def test_any_link_in_the_git_directory_is_a_problem(tmp_path, link, markers):
+    """git reads (and quotes) more files of its directory than any list names:
+    none may be a link, whatever it is called."""
+    (tmp_path / "secret.txt").write_text("TOPSECRET\n")
+    work = init(tmp_path / "work")
+    gitdir = work / ".git"
+    for marker in markers:
+        (gitdir / marker).parent.mkdir(exist_ok=True)
+        (gitdir / marker).write_text("")
+    (gitdir / link).parent.mkdir(exist_ok=True)
+    (gitdir / link).symlink_to(tmp_path / "secret.txt")
+    assert "not a regular file" in repository_problem(str(work), str(work))
+    (gitdir / link).unlink()
+    os.mkfifo(gitdir / link)
+    assert "not a regular file" in repository_problem(str(work), str(work))
+    (gitdir / link).unlink()
+    (gitdir / link).write_text("")
+    if link != "BISECT_START":  # an empty bisect start is git's own problem, not a leak
+        assert repository_problem(str(work), str(work)) is None
+
+
+def test_a_bisect_start_linked_outside_is_refused_and_would_have_leaked(tmp_path):
+    """`git status` during a bisect prints the branch named in BISECT_START, which
+    may be any file: the policy refuses to auto-run it there."""
+    (tmp_path / "secret.txt").write_text("TOPSECRET\n")
+    work = init(tmp_path / "work")
+    (work / ".git" / "BISECT_LOG").write_text("")
+    (work / ".git" / "BISECT_START").symlink_to(tmp_path / "secret.txt")
+    leak = subprocess.run(["git", "status"], cwd=work, env=ENV, capture_output=True, text=True)
+    assert "TOPSECRET" in leak.stdout  # the control: git really reads it
+    table = table_for(DEFAULT_SAFE_COMMANDS, {})
+    for command in ("git status", "git branch"):
+        result = command_policy.check(command, None, str(work), table)
+        assert not result.approved
+        assert "BISECT_START" in result.reason
+
+
+def test_the_object_store_is_not_walked_but_its_info_is(tmp_path):
+    work = init(tmp_path / "work")
+    objects = work / ".git" / "objects"
+    (objects / "ab").mkdir(exist_ok=True)
+    (objects / "ab" / "cdef").symlink_to("/dev/null")  # git checks objects by their hash
+    assert repository_problem(str(work), str(work)) is None
+    (objects / "info").mkdir(exist_ok=True)
+    (objects / "info" / "packs").symlink_to("/dev/null")
+    assert "not a regular file" in repository_problem(str(work), str(work))
+
+
+def test_a_socket_in_the_git_directory_passes(tmp_path):
+    """git's fsmonitor daemon leaves a socket in .git; a socket cannot be read."""
+    import socket
+
+    work = init(tmp_path / "work")
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(work / ".git" / "fsmonitor--daemon.ipc"))
+        assert repository_problem(str(work), str(work)) is None
+    finally:
+        sock.close()
+
+
 def test_a_hostile_index_is_refused_and_would_have_leaked(tmp_path):
     """An index naming ../secret makes plain `git diff` print a file from outside the
     working directory; the policy refuses to auto-run git diff there."""

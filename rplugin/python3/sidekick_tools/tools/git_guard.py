@@ -106,60 +106,49 @@ def _check_repository(dotgit: str, root: str) -> None:
             raise _Unsafe(f"{index}: {problem}")
 
 
-# Files and trees of a git directory that git reads besides config, index and
-# objects, and quotes when it cannot parse them ("bad graft data: <line>",
-# "unexpected line in .git/packed-refs: <line>"): each must be a regular file
-# of the repository's own, never a link to one elsewhere.
-_GIT_FILES = (
-    "HEAD",
-    "ORIG_HEAD",
-    "FETCH_HEAD",
-    "MERGE_HEAD",
-    "CHERRY_PICK_HEAD",
-    "REVERT_HEAD",
-    "BISECT_LOG",
-    "packed-refs",
-    "shallow",
-    "commondir",
-    "gitdir",
-    "description",
-)
-_GIT_TREES = ("info", "refs", "logs", "worktrees", os.path.join("objects", "info"))
-_TREE_LIMIT = 20000  # entries looked at; a larger tree is not checked: the user is asked
+# Every file of a git directory may be read by a read-only command, and quoted
+# when git cannot parse it ("bad graft data: <line>", "bisect started on
+# <BISECT_START>", "rebasing <rebase-merge/head-name>"): each must be a regular
+# file of the repository's own (never a link to one elsewhere, a FIFO or a
+# device), whatever its name. The object store is left out (git checks each
+# object against its hash and never quotes one) but for its `info`, which names
+# other stores and packs. A socket (git's fsmonitor daemon) cannot be read.
+_OBJECTS = "objects"
+_TREE_LIMIT = 20000  # entries looked at; a larger git directory: the user is asked
 
 
 def _check_git_files(gitdir: str) -> None:
     if os.path.lexists(os.path.join(gitdir, "info", "grafts")):
         raise _Unsafe("the repository has info/grafts (git quotes that file in its errors)")
-    for name in _GIT_FILES:
-        _regular(os.path.join(gitdir, name))
     seen = 0
-    for tree in _GIT_TREES:
-        top = os.path.join(gitdir, tree)
-        if not os.path.lexists(top):
+    for top in (gitdir, os.path.join(gitdir, _OBJECTS, "info")):
+        if top != gitdir and not os.path.lexists(top):
             continue
         if os.path.islink(top) or not os.path.isdir(top):
             raise _Unsafe(f"{top} is not a directory of the repository's own")
         for here, dirs, files in os.walk(top):  # links are not followed
             seen += len(dirs) + len(files)
             if seen > _TREE_LIMIT:
-                raise _Unsafe(f"{gitdir} holds too many refs and logs to check")
+                raise _Unsafe(f"{gitdir} holds too many files to check")
             for name in dirs:
                 if os.path.islink(os.path.join(here, name)):
                     raise _Unsafe(f"{os.path.join(here, name)} is a link")
             for name in files:
                 _regular(os.path.join(here, name))
+            if here == gitdir:  # its object store: only its info (walked next)
+                dirs[:] = [d for d in dirs if d != _OBJECTS]
 
 
 def _regular(path: str) -> None:
-    """A file git may read: absent, or a regular file (no link, FIFO or device)."""
+    """A file git may read: absent, a regular file, or a socket, which cannot be
+    read (no link, FIFO or device)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
     except OSError as exc:
         raise _Unsafe(f"cannot check {path}: {exc.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
         raise _Unsafe(f"{path} is not a regular file (a link, FIFO or device)")
 
 
