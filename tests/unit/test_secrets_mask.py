@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from sidekick_tools.secrets_mask import REPLACEMENT, mask, mask_value
 
+from tests.conftest import answers
+
 SECRETS = [
     ("sk-ant-api03-AbCdEf0123456789_-xyzXYZ0123", "sk-ant-***"),
     ("sk-proj-AbCdEf0123456789abcdefXYZ", "sk-***"),
@@ -33,6 +35,11 @@ def test_key_formats_keep_their_prefix(secret, masked):
         "task-ask-1234567890abcdefghijklmnop",  # sk- inside a word is not a key
         "AKIAshort",
         "ghp_short",
+        '{"max_tokens": 1024, "name": "token-less"}',
+        "max_tokens: 1024\ntokens_used: 5",
+        "see https://example.com:443/path and git@github.com:org/repo.git",
+        "def check(password: str) -> bool:",  # not at the start of a line: not YAML
+        "Authorization: Bearer ***",
         "",
     ],
 )
@@ -46,6 +53,54 @@ def test_assignments_mask_the_value_only():
     assert mask("url?token=abc&x=1") == f"url?token={REPLACEMENT}&x=1"
     assert mask("Password = 'two words'") == f"Password = '{REPLACEMENT}'"
     assert mask('api_key="k"; secret=s') == f'api_key="{REPLACEMENT}"; secret={REPLACEMENT}'
+
+
+@pytest.mark.parametrize(
+    "text,masked",
+    [
+        (
+            '{"password": "Hunter2", "api_key": "abcd-1234", "apiKey": "k", "n": 1}',
+            '{"password": "***", "api_key": "***", "apiKey": "***", "n": 1}',
+        ),
+        ('{"client_secret":"a\\"b"}', '{"client_secret":"***"}'),
+        # JSON text inside a JSON string: its quotes escaped
+        (
+            '{"content": "{\\"password\\": \\"Hunter2\\", \\"user\\": \\"bob\\"}"}',
+            '{"content": "{\\"password\\": \\"***\\", \\"user\\": \\"bob\\"}"}',
+        ),
+        (
+            "db:\n  password: Hunter2 two words\n  user: bob\n- token: 'quoted'\n",
+            "db:\n  password: ***\n  user: bob\n- token: '***'\n",
+        ),
+        (
+            "aws_secret_access_key = wJalrXUtnFEMI\nAWS_SECRET_ACCESS_KEY=wJalr\nprivate_key=abc",
+            "aws_secret_access_key = ***\nAWS_SECRET_ACCESS_KEY=***\nprivate_key=***",
+        ),
+        (
+            'curl -H "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig" https://x',
+            'curl -H "Authorization: Bearer ***" https://x',
+        ),
+        ("postgres://app:S3cretPw@db:5432/main", "postgres://app:***@db:5432/main"),
+    ],
+)
+def test_json_yaml_header_and_url_forms(text, masked):
+    assert mask(text) == masked
+    assert mask(masked) == masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"' + "password" * 32_000 + '":x',  # a name made of the word, never a field
+        '"a": "' * 100_000,
+        "password" * 32_000 + " :\n",
+        '{"a": "' + '\\"a\\": \\"' * 50_000 + '"}',
+    ],
+)
+def test_masking_a_hostile_text_never_holds_the_host(text):
+    """Output chooses its text: masking it runs on the host's loop, so it must
+    stay linear (every split of a long name tried was quadratic: minutes here)."""
+    assert answers(lambda: mask(text), deadline=20) is not None
 
 
 def test_private_key_blocks():

@@ -3,7 +3,9 @@
 DESIGN §12 lists the formats: ``sk-…`` and ``sk-ant-…`` API keys, GitHub tokens
 (``ghp_…`` and its siblings, ``github_pat_…``), AWS access key ids (``AKIA…``),
 Slack tokens (``xox?-…``), PEM private keys, and the values of ``password=`` and
-``token=`` (also ``secret=`` and ``api_key=``) assignments.
+``token=`` (also ``secret=`` and ``api_key=``) assignments. Their JSON and YAML
+forms (``"password": "…"``, ``password: …``), Authorization headers' credentials
+and a URL's password are masked too.
 
 A masked secret keeps its recognisable prefix so a reader (or a model) still knows
 what stood there: ``sk-ant-***``, ``ghp_***``, ``password=***``. Masking is pure,
@@ -57,13 +59,41 @@ _PEM_TAIL = re.compile(
     r"((?:[A-Za-z0-9+/=]{16,}(?:\r?\n|(?:\\r)?\\n))+)(-----END [A-Z0-9 ]*PRIVATE KEY-----)"
 )
 
-# key=value assignments whose value is a secret (DB_PASSWORD=, GITHUB_TOKEN= too);
-# quoted values keep their quotes; a bare value stops at a backslash, so masking
-# JSON text (an escaped quote) keeps it valid JSON.
+# Names whose value is a secret: a name ending so (DB_PASSWORD, GITHUB_TOKEN,
+# AWS_SECRET_ACCESS_KEY, private_key); `max_tokens` or `token_count` do not.
+_NAME = r"(?:password|passwd|token|secret|api_?key|secret_?(?:access_?)?key|private_?key)"
+
+# key=value assignments; quoted values keep their quotes; a bare value stops at
+# a backslash, so masking JSON text (an escaped quote) keeps it valid JSON.
 _ASSIGNMENT = re.compile(
-    r"(?i)((?:password|passwd|token|secret|api_?key)\s*=\s*)"
+    rf"(?i)({_NAME}\s*=\s*)"
     r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\&;,]+)"
 )
+
+# The JSON form: a quoted name holding one of the words ("password",
+# "client_secret", "apiKey"; `_json_sub` looks), a colon, a quoted value; in JSON
+# text inside JSON, the quotes escaped. The name is matched whole and looked
+# at afterwards: a pattern with the word inside the name tries every split of
+# a long one, quadratic in its length.
+_JSON_FIELD = re.compile(
+    r"((\\)?\"([\w\-.]+)(?(2)\\)\"\s*:\s*(?(2)\\)\")"
+    r"((?(2)[^\"\\\n]*|(?:[^\"\\\n]|\\.)*))(?=(?(2)\\)\")"
+)
+_SECRET_WORD = re.compile(r"(?i)password|passwd|token|secret|api_?key|private_?key")
+
+# The YAML form, a name at the start of its line: `password: value` (to the end
+# of the line; a quoted value keeps its quotes).
+_YAML_FIELD = re.compile(
+    rf"(?im)^([ \t]*(?:-[ \t]+)?[\w.\-]*{_NAME}[ \t]*:[ \t]+)"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'][^\n]*)"
+)
+
+# Credentials in an Authorization header, and a password in a URL (user:pass@).
+_AUTH_HEADER = re.compile(
+    r"(?i)(\bauthorization\s*[:=]\s*(?:(?:bearer|basic|token|digest)\s+)?)"
+    r"([A-Za-z0-9._~+/=\-]{8,})"
+)
+_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://[^\s/:@\"'<>]+:)([^\s/@\"'<>]+)(?=@)")
 
 
 def _token_sub(match: re.Match[str]) -> str:
@@ -97,6 +127,19 @@ def _assignment_sub(match: re.Match[str]) -> str:
     return match.group(1) + REPLACEMENT
 
 
+def _value_sub(match: re.Match[str]) -> str:
+    return match.group(1) + REPLACEMENT
+
+
+def _json_sub(match: re.Match[str]) -> str:
+    if _SECRET_WORD.search(match.group(3)):
+        return match.group(1) + REPLACEMENT
+    if match.group(2):  # an escaped value holds no further escaped JSON
+        return match.group(0)
+    # another field's string value may be JSON text itself (its quotes escaped)
+    return match.group(1) + _JSON_FIELD.sub(_json_sub, match.group(4))
+
+
 def mask(text: str, literals: Iterable[str] = ()) -> str:
     """``text`` with every secret replaced; ``literals`` (e.g. resolved API keys) too.
 
@@ -115,6 +158,12 @@ def mask(text: str, literals: Iterable[str] = ()) -> str:
         text = _TOKENS.sub(_token_sub, text)
     if "=" in text:
         text = _ASSIGNMENT.sub(_assignment_sub, text)
+    if ":" in text:
+        text = _JSON_FIELD.sub(_json_sub, text)
+        text = _YAML_FIELD.sub(_assignment_sub, text)
+        text = _AUTH_HEADER.sub(_value_sub, text)
+        if "://" in text:
+            text = _URL_PASSWORD.sub(_value_sub, text)
     return text
 
 
