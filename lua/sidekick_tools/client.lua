@@ -318,6 +318,21 @@ end
 --- looks at every loaded chat, so that pending calls show their state and
 --- running blocks are followed again after a restart.
 function M.host_started()
+  -- what an earlier host followed is its own (marks it chose, states it sent):
+  -- dropped, so that a call is never shown twice; this host follows it again
+  local shown = {}
+  for buf, calls in pairs(M.tracked) do
+    if valid(buf) then
+      for mark in pairs(calls) do
+        marks.delete(buf, mark)
+      end
+      table.insert(shown, buf)
+    end
+  end
+  M.tracked, M.scanned = {}, {}
+  for _, buf in ipairs(shown) do
+    changed(buf)
+  end
   require("sidekick_tools.consumers").register()
   for _, buf in ipairs(chats.loaded()) do
     host.notify("chat_opened", buf)

@@ -228,6 +228,18 @@ function M.register()
       end
     end,
   })
+  -- The timer ticks for the tab page in view; back on another, bring its up to date.
+  vim.api.nvim_create_autocmd("TabEnter", {
+    group = group,
+    callback = function()
+      for _, win in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+        local buf = vim.api.nvim_win_get_buf(win)
+        if client.tracked[buf] then
+          M.draw(buf)
+        end
+      end
+    end,
+  })
   vim.api.nvim_create_autocmd("BufWipeout", {
     group = group,
     callback = function(ev)

@@ -39,10 +39,18 @@ function M.open(buf, split, wo)
   local win = vim.api.nvim_get_current_win()
   vim.api.nvim_win_set_buf(win, buf)
   local base = { wrap = false, number = false, relativenumber = false, list = false, spell = false }
-  for k, v in pairs(vim.tbl_extend("force", base, wo or {})) do
-    vim.wo[win][k] = v
-  end
+  M.set_local(win, vim.tbl_extend("force", base, wo or {}))
   return win
+end
+
+--- Set window options of `win` for the buffer it shows only (as :setlocal): a
+--- buffer opened in that window later gets the user's own values back.
+---@param win integer
+---@param wo table<string, any>
+function M.set_local(win, wo)
+  for k, v in pairs(wo) do
+    vim.api.nvim_set_option_value(k, v, { scope = "local", win = win })
+  end
 end
 
 return M

@@ -128,8 +128,9 @@ end
 
 local function update_winbar(v)
   local bar = winbar(v)
+  local window = require("sidekick_tools.consumers.window")
   for _, win in ipairs(vim.fn.win_findbuf(v.buf)) do
-    vim.wo[win].winbar = bar
+    window.set_local(win, { winbar = bar })
   end
 end
 

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,7 +26,7 @@ from .follow import TaskFollower
 from .loop import ChatLoop
 from .registry import CallRegistry, Tracked
 from .scan import DiagnosticScan
-from .writer import ResultWriter
+from .writer import ResultWriter, log_failure
 
 __all__ = ["CallRunner", "Tracked", "UserError"]
 
@@ -47,6 +48,8 @@ class CallRunner:
 
         self.writer.on_written = written
         self.port = port
+        self._reattaching: set[int] = set()
+        self.scan.on_running_block = self._reattach_soon
 
     @property
     def config(self) -> Config:
@@ -83,11 +86,23 @@ class CallRunner:
 
     async def chat_opened(self, buf: int) -> None:
         """A chat was (re)opened: follow its running blocks, draw every call's state."""
-        mirror = await self.chain.marks.mirror(buf)
-        self.scan.unfollowed[buf] = await self.follower.reattach(
-            buf, mirror, self.chain.marks.prepare
-        )
+        if buf in self._reattaching:
+            return
+        self._reattaching.add(buf)
+        try:
+            mirror = await self.chain.marks.mirror(buf)
+            self.scan.unfollowed[buf] = await self.follower.reattach(
+                buf, mirror, self.chain.marks.prepare
+            )
+        finally:
+            self._reattaching.discard(buf)
         self.scan.schedule(buf, delay=0)
+
+    def _reattach_soon(self, buf: int) -> None:
+        """A running block came back into a chat (an undo of its final result, a
+        paste): follow it as when the chat is opened."""
+        fut = asyncio.ensure_future(self.chat_opened(buf))
+        fut.add_done_callback(log_failure)
 
     def token_at(self, buf: int, row: int) -> str | None:
         """The task of the call at (buf, row), if it has one."""

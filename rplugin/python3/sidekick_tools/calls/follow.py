@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import tools
 from ..chat.render import notice_lines
-from ..chat.states import fields_detail
+from ..chat.states import fields_detail, names_task
 from ..secrets_mask import mask
 from ..tasks.model import TaskStatus, is_token
 from ..tools.base import ToolResult
@@ -139,12 +139,9 @@ class TaskFollower:
         such a chat rewrites nothing. `prepare(buf, call)` follows a call."""
         unfollowed: dict[str, str] = {}
         for call in mirror.chat().calls:
-            res = call.result
-            if not (res and res.status == "running" and res.fields.get("task") and call.call_id):
+            if not names_task(call) or self.ctx.registry.get(buf, call.call_id) is not None:
                 continue
-            if self.ctx.registry.get(buf, call.call_id) is not None:
-                continue
-            token = res.fields["task"]
+            token = call.result.fields["task"]
             task = self.ctx.tasks.get(token) if is_token(token) else None
             if task is None:
                 unfollowed[call.call_id] = f"task {token} not found; not followed"

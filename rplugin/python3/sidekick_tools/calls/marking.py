@@ -15,6 +15,7 @@ from ..chat.edits import locate
 from ..chat.render import header_with_id, new_call_id
 from .context import CallContext
 from .registry import Tracked
+from .writer import CALL_GONE
 
 RETRIES = 50  # a call's id and mark, while the mirror catches up with the buffer
 
@@ -108,6 +109,6 @@ class CallMarks:
         rows = await self.ctx.port.mark_rows(tracked.buf, [tracked.mark])
         call = locate(mirror.chat(), tracked.call_id, rows.get(tracked.mark, -1))
         if call is None:
-            self.writer.lost(tracked, "its block was deleted")
+            self.writer.lost(tracked, CALL_GONE)
             return None
         return mirror, call

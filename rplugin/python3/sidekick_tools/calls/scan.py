@@ -12,11 +12,12 @@ Lua then draws them again where they belong).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from .. import tools
 from ..chat import ToolCall
-from ..chat.states import scan_items, text_state
+from ..chat.states import names_task, scan_items, text_state
 from .registry import CallRegistry
 
 SCAN_DELAY = 0.15  # seconds after the last change
@@ -41,6 +42,9 @@ class DiagnosticScan:
         # running blocks of each buffer that name a task this host does not
         # follow, with why (a forged or copied block): shown as such
         self.unfollowed: dict[int, dict[str, str]] = {}
+        # called with a buffer whose text holds a running block nobody looked at
+        # yet (an undo brought it back): the calls follow it, as on opening
+        self.on_running_block: Callable[[int], None] | None = None
         port.on_buffer_change = self.changed
 
     def changed(self, buf: int, first: int, last: int) -> None:
@@ -74,6 +78,12 @@ class DiagnosticScan:
                 del followed[tracked.call_id]
                 continue
             anchors.append([tracked.mark, call.start_row])
+        known = self.unfollowed.get(buf) or {}
+        if self.on_running_block is not None and any(
+            c.call_id not in followed and c.call_id not in known and names_task(c)
+            for c in chat.calls
+        ):
+            self.on_running_block(buf)
         items = scan_items(chat, set(followed), call_problem, self.unfollowed.get(buf))
         self._call_rows[buf] = {row for _, row in anchors} | {item["row"] for item in items}
         touched = buf in self._touched

@@ -29,6 +29,9 @@ from .registry import Tracked
 
 log = logging.getLogger(__name__)
 
+# why a result cannot be written when its call's block is not in the chat
+CALL_GONE = "its call is no longer in the chat (deleted, or its id changed)"
+
 # After writing into a buffer, the next batch for it waits until this much time
 # has passed, so that a burst of results (many tasks ending together) is written
 # in a few edits. A result after a quiet spell is written at once.
@@ -107,12 +110,13 @@ class ResultWriter:
             log_path = log_path_of(self.ctx.tasks.get(tracked.token))
             what = f"task {tracked.token} of {what}"
             where = f"; its output: {log_path}" if log_path else ""
-        reopen = ""
-        if tracked.background and "loaded" in why:
-            reopen = "; it is written when you open the chat again"
-        self.ctx.port.notify_user(
-            f"sidekick_tools: {what} ended {status}, not written: {why}{reopen}{where}", "warn"
-        )
+        if status in ACTIVE:  # its state could not be written: the task goes on
+            said = f"{what} runs on, but its state is not written: {why}; :SidekickTasks shows it"
+        else:
+            said = f"{what} ended {status}, not written: {why}"
+            if tracked.background and "loaded" in why:
+                said += "; it is written when you open the chat again"
+        self.ctx.port.notify_user(f"sidekick_tools: {said}{where}", "warn")
         log.info("%s: result not written (%s)", what, why)
 
     def delivered(self, tracked: Tracked, result: ToolResult) -> None:
@@ -252,7 +256,7 @@ class _Batch:
         """The edit is in the buffer: resolve every item of the batch."""
         for item in self.gone:
             assert item.tracked is not None
-            writer.lost(item.tracked, "its block was deleted", item.result)
+            writer.lost(item.tracked, CALL_GONE, item.result)
             item.resolve(False)
         for item in self.written:
             writer.delivered(item.tracked, item.result)  # type: ignore[arg-type]

@@ -22,6 +22,12 @@ def text_state(call: ToolCall) -> str:
     return call.result.status or "pending"
 
 
+def names_task(call: ToolCall) -> bool:
+    """Does the call's block say a task runs for it (`status=running task=T`)?"""
+    res = call.result
+    return bool(call.call_id and res and res.status == "running" and res.fields.get("task"))
+
+
 def fields_detail(fields: dict[str, Any]) -> str:
     """What a finished result's fields say went wrong: "timeout", "exit 1", a reason."""
     if fields.get("reason") == "timeout":

@@ -1,0 +1,129 @@
+"""A day of use, the way a new user met it in a terminal Neovim: undoing a
+final result, a host that died and came back, a second tab page, the plugin's
+windows reused for files, a running call's header edited."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+HEAD = "USER: go\n\nASSISTANT: On it.\n\n"
+ROW = 4  # the call header's row in HEAD + call(...)
+
+
+def call(call_id: str, command: str, **extra) -> str:
+    params = {"command": command, **extra}
+    return f"```tool run_terminal_command id={call_id}\n{json.dumps(params)}\n```\n"
+
+
+def gate(marker: Path, then: str = "echo done") -> str:
+    return f"while [ ! -e {marker} ]; do sleep 0.05; done; {then}"
+
+
+def messages_at(editor, row: int) -> list[str]:
+    return [d["message"] for d in editor.diagnostics() if d["lnum"] == row]
+
+
+def test_undoing_a_final_result_follows_the_running_block_it_brings_back(editor):
+    editor.setup(tasks={"hybrid_threshold": 0.2})
+    marker = editor.workdir / "release"
+    editor.open_chat(HEAD + call("u1", gate(marker, "echo seven")))
+    editor.run_tool(ROW + 1)
+    editor.wait_text("```result id=u1 status=running task=")
+    marker.write_text("")
+    editor.wait_text("```result id=u1 status=completed")
+    editor.nvim.command("write")
+    editor.nvim.command("undo")  # the final block (and its notice) go; the running block is back
+    assert "```result id=u1 status=running task=" in editor.text()
+    # the call follows its task again, as when the chat is opened: it has ended
+    editor.wait_text("```result id=u1 status=completed")
+    editor.wait_diag(ROW, "✓ run_terminal_command")
+    assert editor.text().count("```result id=u1") == 1
+
+
+def test_a_host_that_died_and_came_back_shows_each_call_once(editor):
+    editor.setup(tasks={"hybrid_threshold": 0.2, "kill_on_exit": True})
+    marker = editor.workdir / "release"
+    editor.open_chat(
+        HEAD + call("h0", "echo first") + "\n" + call("h1", gate(marker), **{"async": True})
+    )
+    editor.run_tool(ROW + 1)  # two calls the host followed
+    editor.wait_text("```result id=h0 status=completed")
+    row = editor.lines().index("```tool run_terminal_command id=h1")
+    editor.run_tool(row + 1)
+    editor.wait_text("```result id=h1 status=running task=")
+    editor.wait_diag(row, "⟳ run_terminal_command (running")
+    editor.kill_host()
+    wait_for(lambda: any("host stopped" in m for m in messages_at(editor, row)))
+    editor.lua("require('sidekick_tools').list_tasks()")  # any command starts a new host
+    wait_for(lambda: messages_at(editor, row) and "host stopped" not in messages_at(editor, row)[0])
+    marker.write_text("")
+    editor.wait_text("```result id=h1 status=completed")
+    wait_for(lambda: messages_at(editor, row) == ["✓ run_terminal_command"])
+    assert messages_at(editor, ROW) == ["✓ run_terminal_command"]
+
+
+def test_elapsed_time_goes_on_after_a_visit_to_another_tab_page(editor):
+    editor.setup()
+    marker = editor.workdir / "release"
+    editor.open_chat(HEAD + call("t1", gate(marker), **{"async": True}))
+    editor.run_tool(ROW + 1)
+    text = editor.wait_text("```result id=t1 status=running task=")
+    token = re.search(r"task=([0-9a-f]{6})", text).group(1)
+    editor.wait_diag(ROW, "⟳ run_terminal_command (running")
+    editor.nvim.command("tabnew")
+
+    def elapsed() -> float:
+        task = editor.lua("return require('sidekick_tools').get_task(...)", token)
+        return task["duration"] or 0
+
+    wait_for(lambda: elapsed() >= 3, timeout=20)
+    editor.nvim.command("tabprevious")
+    seconds = re.compile(r"\(running (\d+)s\)")
+
+    def shown() -> int:
+        m = [seconds.search(x) for x in messages_at(editor, ROW)]
+        return int(m[0].group(1)) if m and m[0] else 0
+
+    wait_for(lambda: shown() >= 3, timeout=10)
+    marker.write_text("")
+
+
+def test_a_file_opened_in_a_view_window_keeps_the_users_window_options(editor):
+    editor.setup()
+    editor.open_chat(HEAD + call("o1", "echo out", **{"async": True}))
+    editor.run_tool(ROW + 1)
+    text = editor.wait_text("```result id=o1 status=completed")
+    token = re.search(r"task=([0-9a-f]{6})", text).group(1)
+    editor.nvim.command("set number wrap")
+    for command in (f"SidekickOutput {token}", "SidekickTasks all"):
+        editor.nvim.command(command)
+        assert editor.lua("return { vim.wo.number, vim.wo.wrap }") == [False, False]
+        editor.nvim.command(f"edit {editor.workdir / 'notes.txt'}")
+        assert editor.lua("return { vim.wo.number, vim.wo.wrap, vim.wo.winbar }") == [
+            True,
+            True,
+            "",
+        ]
+        editor.nvim.command("close")
+
+
+def test_editing_a_running_calls_id_says_the_task_runs_on(editor):
+    editor.setup(tasks={"hybrid_threshold": 0.5})
+    marker = editor.workdir / "release"
+    editor.open_chat(HEAD + call("t2", gate(marker, "echo once")))
+    editor.lua("vim.defer_fn(function() vim.cmd([[%s/id=t2$/id=t3/]]) end, 50)")
+    editor.run_tool(ROW + 1)
+    note = wait_for(
+        lambda: next((n for n in editor.notifications() if "of call t2" in n), None), timeout=20
+    )
+    assert "runs on" in note and "no longer in the chat" in note, note
+    assert "ended" not in note
+    marker.write_text("")
