@@ -44,7 +44,11 @@ function run.SidekickDeny(a)
 end
 
 function run.SidekickHalt(a)
-  local res = api().halt(a.fargs[1] or token_in_view())
+  local token = a.fargs[1]
+  if token and not token:match("^%x%x%x%x%x%x$") then
+    error("sidekick_tools: " .. token .. " is not a task token (6 hex characters)", 0)
+  end
+  local res = api().halt(token or token_in_view())
   if res and res.message then
     vim.notify(res.message, vim.log.levels.INFO)
   end

@@ -184,6 +184,13 @@ def test_finished_task_and_bad_arguments(editor):
     assert lines[-1].startswith(f"[task {token} failed, exit 2, ")
     editor.nvim.command("SidekickOutput zzz")
     assert any("not a task token" in n for n in editor.notifications())
+    editor.nvim.command(f"SidekickOutput {token} /done/ extra")
+    assert "trailing characters after /done/: extra" in editor.notifications()[-1]
+    parse = "return { require('sidekick_tools.consumers.output_view').parse_args(...) }"
+    assert editor.lua(parse, "ABCDEF /a\\/b/ ") == ["abcdef", "a\\/b"]
+    assert editor.lua(parse, "/no close") == [None, "no close"]
+    editor.nvim.command(f"SidekickHalt {token} extra")
+    assert f"{token} extra is not a task token" in editor.notifications()[-1]
     editor.nvim.command("SidekickOutput 000000")
     assert any("no task 000000" in n for n in editor.notifications())
 

@@ -452,9 +452,26 @@ function M.parse_args(args)
   end
   local filter
   if rest ~= "" then
-    filter = rest:match("^/(.*)/$") or rest:match("^/(.*)$")
-    if not filter then
+    if rest:sub(1, 1) ~= "/" then
       error("sidekick_tools: expected :SidekickOutput [TOKEN] [/regex/], got " .. args, 0)
+    end
+    -- as for :s, the regex ends at the first / not escaped (\/ is a slash), or
+    -- at the end of the line
+    local i, close = 2, nil
+    while i <= #rest and not close do
+      local c = rest:sub(i, i)
+      if c == "\\" then
+        i = i + 2
+      elseif c == "/" then
+        close = i
+      else
+        i = i + 1
+      end
+    end
+    filter = rest:sub(2, (close or #rest + 1) - 1)
+    local trailing = close and vim.trim(rest:sub(close + 1)) or ""
+    if trailing ~= "" then
+      error("sidekick_tools: trailing characters after /" .. filter .. "/: " .. trailing, 0)
     end
   end
   if token and not token:match("^%x%x%x%x%x%x$") then
