@@ -127,3 +127,16 @@ def test_editing_a_running_calls_id_says_the_task_runs_on(editor):
     assert "runs on" in note and "no longer in the chat" in note, note
     assert "ended" not in note
     marker.write_text("")
+
+
+def test_a_completion_notice_shows_both_streams_when_stderr_is_long(editor):
+    editor.setup()
+    command = "echo out1; echo out2; for i in $(seq 1 40); do echo err$i >&2; done"
+    editor.open_chat(HEAD + call("n1", command, **{"async": True}))
+    editor.run_tool(ROW + 1)
+    lines = editor.wait_text("USER: [sidekick task ").split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("USER: [sidekick task"))
+    payload = json.loads("\n".join(lines[start + 2 : lines.index("```", start + 2)]))
+    output = payload["output"].split("\n")
+    assert output[:3] == ["out1", "out2", "[stderr]"]
+    assert output[-1] == "err40"

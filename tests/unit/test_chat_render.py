@@ -18,6 +18,7 @@ from sidekick_tools.chat import (
     truncate_tail,
 )
 from sidekick_tools.chat import render as render_mod
+from sidekick_tools.chat.render import truncate_streams
 
 CALL = ["ASSISTANT: running", "```tool run_terminal_command id=call_01", '{"command": "x"}', "```"]
 
@@ -237,6 +238,39 @@ def test_truncate_tail_cut_without_path_and_trailing_newline():
 
 def test_truncate_tail_zero_lines():
     assert truncate_tail("1\n2", 0, "/l") == "[... 2 earlier lines truncated; full output: /l]"
+
+
+def numbered(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}{i}" for i in range(1, n + 1)]
+
+
+def test_truncate_streams_keeps_a_share_of_each_stream_and_the_marker():
+    body = "\n".join([*numbered("out", 5), "[stderr]", *numbered("err", 10), "[cancelled]"])
+    out = truncate_streams(body, 8, "/t/abc123/stdout").split("\n")
+    assert out == [
+        "[... 2 earlier lines truncated; full output: /t/abc123/stdout]",
+        "out3",
+        "out4",
+        "out5",
+        "[stderr]",
+        "[... 7 earlier lines truncated; full output: /t/abc123/stderr]",
+        "err8",
+        "err9",
+        "err10",
+        "[cancelled]",
+    ]
+
+
+def test_truncate_streams_gives_a_short_stream_only_what_it_needs():
+    body = "\n".join(["out1", "[stderr]", *numbered("err", 20)]) + "\n"
+    out = truncate_streams(body, 6, None)
+    assert out == "out1\n[stderr]\n[... 16 earlier lines truncated]\nerr17\nerr18\nerr19\nerr20\n"
+
+
+def test_truncate_streams_without_stderr_or_cut_is_truncate_tail():
+    text = "\n".join(numbered("l", 30))
+    assert truncate_streams(text, 10, "/l") == truncate_tail(text, 10, "/l")
+    assert truncate_streams("a\n[stderr]\nb\n", 8, None) == "a\n[stderr]\nb\n"
 
 
 # --------------------------------------------------------------------------- clean_output

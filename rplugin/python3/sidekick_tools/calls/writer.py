@@ -20,7 +20,7 @@ from typing import Any
 
 from ..chat import ToolCall
 from ..chat.edits import locate, notice_edit, result_span, user_line_edit
-from ..chat.render import clean_output, result_lines, truncate_tail
+from ..chat.render import clean_output, result_lines, truncate_streams
 from ..secrets_mask import mask
 from ..tasks.model import ACTIVE
 from ..tools.base import ToolResult
@@ -94,7 +94,7 @@ class ResultWriter:
         text = mask(clean_output(body.encode("utf-8", "replace")))
         if truncate:
             keep = self.ctx.config.result_max_lines if lines is None else lines
-            text = truncate_tail(text, keep, log_path)
+            text = truncate_streams(text, keep, log_path)
         return text.rstrip("\n")
 
     def lost(self, tracked: Tracked, why: str, result: ToolResult | None = None) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..chat.render import clean_output, truncate_tail
+from ..chat.render import clean_output, truncate_streams
 from ..secrets_mask import mask
 from ..tools import _tasks
 from ..tools.base import ToolNames, ToolResult
@@ -83,7 +83,7 @@ def from_task_call(
         head["progress"] = progress
     log_path = task.log_path if task is not None else None  # purged meanwhile
     text = clean_output(result.body.encode("utf-8", "replace"))
-    return payload(head, truncate_tail(text, max_lines, log_path).rstrip("\n"))
+    return payload(head, truncate_streams(text, max_lines, log_path).rstrip("\n"))
 
 
 def running(token: str, task: Any, names: ToolNames, waited: float | None) -> dict[str, Any]:

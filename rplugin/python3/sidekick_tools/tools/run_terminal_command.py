@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ..chat.render import STDERR_MARK
 from ..tasks.manager import TaskSpec
 from . import _fs, _tasks, command_policy, command_table
 from ._tasks import TERMINAL
@@ -181,7 +182,7 @@ def result_from_task(task: Any, tail_bytes: int = TAIL_BYTES) -> ToolResult:
     if out:
         parts.append(out)
     if err:
-        parts.append("[stderr]\n" + err)
+        parts.append(STDERR_MARK + "\n" + err)
     if status != "completed" and reason in _REASONS:
         parts.append(f"[{_REASONS[reason]}]")
     elif status != "completed" and reason and reason != "exit":
