@@ -7,6 +7,7 @@ import os
 import stat
 
 import pytest
+from sidekick_tools.calls.follow import result_detail
 from sidekick_tools.config import Config
 from sidekick_tools.tools import _fs
 from sidekick_tools.tools.base import ToolContext
@@ -131,6 +132,16 @@ async def test_read_files_keeps_good_sections_when_some_fail(root, ctx):
     assert sections[0] == "==> missing.txt <==\n[error: no such file or directory]"
     assert sections[1] == "==> ok.txt <==\nfine"
     assert sections[2] == "==> src <==\n[error: is a directory; use list_directory]"
+
+
+async def test_a_failed_read_is_summed_up_by_its_first_error(root, ctx):
+    """The call's diagnostic names the file that failed and why, not a header."""
+    (root / "ok.ini").write_text("[core]\nx = 1\n")
+    res = await READ.run({"paths": ["ok.ini", "missing.txt", "src"]}, ctx)
+    assert result_detail(res) == "missing.txt: no such file or directory"
+    assert result_detail(await READ.run({"paths": ["src"]}, ctx)) == (
+        "src: is a directory; use list_directory"
+    )
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads anything")
