@@ -105,7 +105,7 @@ M.options = {
     "tasks.nice",
     10,
     "number",
-    "Niceness added to tasks so the editor stays responsive (0: none)",
+    "Niceness added to tasks so the editor stays responsive (0: none); on Linux the host's session, which its tasks share, takes it too",
   },
   {
     "tasks.max_log_bytes",

@@ -292,3 +292,24 @@ def test_host_stderr_has_no_info_lines(editor):
     log = (editor.state_dir / "host.log").read_text()
     assert " INFO " in log  # the host did log at INFO level, into its file
     assert "INFO" not in editor.lua("return require('sidekick_tools.host').stderr_tail()")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="no autogroups")
+def test_the_hosts_session_yields_by_tasks_nice(editor):
+    """The host leads a session of its own, shared by its tasks; where the kernel
+    shares the CPU between sessions first, the session takes `tasks.nice`, so
+    that the tasks together yield to the editor (setup() again raises it)."""
+    editor.setup()
+    editor.lua("require('sidekick_tools').list_tasks()")  # starts the host
+    pid = editor.host_pid()
+
+    def group_nice() -> str:
+        with open(f"/proc/{pid}/autogroup") as f:
+            return f.read().split()[-1]
+
+    assert os.getsid(pid) == pid
+    assert group_nice() == "10"  # the default tasks.nice
+    with open("/proc/self/autogroup") as f:
+        assert f.read().split()[-1] == "0"  # the editor's (the test's) session is untouched
+    editor.setup(tasks={"nice": 12})
+    wait_for(lambda: group_nice() == "12")

@@ -262,6 +262,32 @@ async def test_tasks_run_nicer_than_the_host(tasks_state, tmp_path):
     await m.shutdown(kill=True)
 
 
+LOWER = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from sidekick_tools.tasks.spawn import lower_own_session; "
+    "print(lower_own_session(int(sys.argv[2])), open('/proc/self/autogroup').read().split()[-1])"
+)
+
+
+@pytest.mark.skipif(not os.path.exists(spawn.AUTOGROUP), reason="no autogroups")
+@pytest.mark.parametrize("leader", [True, False])
+def test_a_session_leader_lowers_its_session_and_nothing_else_does(leader):
+    """The host leads a session of its own (Neovim starts it so): its tasks share
+    it, and the session yields as a whole. A process in someone else's session
+    (an MCP server an agent started) leaves that session alone."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(spawn.__file__)))
+    done = subprocess.run(
+        [sys.executable, "-c", LOWER, package, "7"],
+        capture_output=True,
+        text=True,
+        check=True,
+        start_new_session=leader,
+    )
+    with open(spawn.AUTOGROUP) as f:
+        before = f.read().split()[-1]
+    assert done.stdout.split() == (["True", "7"] if leader else ["False", before])
+
+
 def test_spawn_nice_failure_is_not_fatal(tmp_path, monkeypatch, caplog):
     def refuse(*args):
         raise PermissionError(1, "Operation not permitted")

@@ -25,6 +25,7 @@ from .process import TaskProcess
 from .progress_poll import ProgressPoll
 from .queue import TaskQueue
 from .retention import Retention
+from .spawn import lower_own_session
 from .store import BufferedStore, StoreError, TaskStore
 from .supervisor import Supervisor
 from .tuning import EngineTuning
@@ -65,6 +66,7 @@ class TaskEngine:
         self.tasks_dir = os.path.join(self.state_dir, "tasks")
         self.owner = owner
         self.config = config or tasks_config()
+        lower_own_session(int(self.config.nice))
         self.queue = TaskQueue(self.config.max_concurrent, self._queue_moved)
         self.progress = ProgressPoll(self)
         self.log_limit = LogLimitWatch(self)
@@ -79,6 +81,8 @@ class TaskEngine:
     def configure(self, config: TasksConfig) -> None:
         """`setup()` called again: new settings apply at once (a higher
         concurrency limit starts queued tasks)."""
+        if int(config.nice) != int(self.config.nice):
+            lower_own_session(int(config.nice))
         self.config = config
         self.queue.set_limit(config.max_concurrent)
 

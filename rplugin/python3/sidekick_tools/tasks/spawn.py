@@ -130,3 +130,25 @@ def set_group_nice(pgid: int, increment: int) -> None:
         os.setpriority(os.PRIO_PGRP, pgid, value)
     except (OSError, AttributeError) as exc:  # PermissionError is an OSError
         log.info("task group %d: cannot lower its priority: %s", pgid, exc)
+
+
+AUTOGROUP = "/proc/self/autogroup"
+
+
+def lower_own_session(nice: int) -> bool:
+    """Give this process's session the scheduler priority of `nice` (0-19), when
+    this process leads it (Neovim starts the host so). Where the kernel shares the
+    CPU between sessions first (Linux autogroups), a task's own nice only ranks it
+    against the host and the other tasks of the host's session: the session as a
+    whole must yield for its tasks, all together, to leave the CPU to the editor.
+    True when set; a failure (no autogroups, or lowering the value back without
+    privileges) is logged, never fatal."""
+    if os.getsid(0) != os.getpid():
+        return False  # another program's session (an MCP server an agent started): not ours
+    try:
+        with open(AUTOGROUP, "w") as f:
+            f.write(str(max(0, min(19, nice))))
+    except OSError as exc:
+        log.info("cannot set this session's scheduler priority: %s", exc)
+        return False
+    return True
