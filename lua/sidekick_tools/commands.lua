@@ -86,6 +86,26 @@ local function model_specs(arglead)
   return require("sidekick_tools.models").complete(arglead)
 end
 
+--- Completion of task tokens: this Neovim's tasks, newest first (`active`: the
+--- running and queued ones only). Nothing while no host runs: completing never
+--- starts one.
+local function tokens(active)
+  return function(arglead, cmdline)
+    if not require("sidekick_tools.host").running() or #vim.split(cmdline, "%s+") > 2 then
+      return {}
+    end
+    local ok, tasks = pcall(api().list_tasks, { limit = 100 })
+    local out = {}
+    for _, t in ipairs(ok and type(tasks) == "table" and tasks or {}) do
+      local wanted = not active or require("sidekick_tools.constants").active[t.status]
+      if wanted and vim.startswith(t.id, arglead:lower()) then
+        table.insert(out, t.id)
+      end
+    end
+    return out
+  end
+end
+
 local function statuses()
   return vim.list_extend(vim.deepcopy(require("sidekick_tools.constants").task_statuses), { "all" })
 end
@@ -125,6 +145,7 @@ M.list = {
     name = "SidekickHalt",
     nargs = "?",
     key = "halt",
+    complete = tokens(true),
     desc = "Cancel the task under the cursor, or TOKEN",
   },
   {
@@ -139,6 +160,7 @@ M.list = {
     name = "SidekickOutput",
     nargs = "*",
     key = "output",
+    complete = tokens(false),
     desc = "Live view of a task's output: [TOKEN] [/regex/]",
   },
   {

@@ -140,3 +140,24 @@ def test_a_completion_notice_shows_both_streams_when_stderr_is_long(editor):
     output = payload["output"].split("\n")
     assert output[:3] == ["out1", "out2", "[stderr]"]
     assert output[-1] == "err40"
+
+
+def test_task_tokens_complete_without_starting_a_host(editor):
+    editor.setup()
+    complete = "return vim.fn.getcompletion(..., 'cmdline')"
+    assert editor.lua(complete, "SidekickHalt ") == []
+    assert editor.lua("return require('sidekick_tools.host').running()") is False
+    marker = editor.workdir / "release"
+    editor.open_chat(HEAD + call("k1", gate(marker), **{"async": True}) + "\n" + call("k2", "true"))
+    editor.run_tool(ROW + 1)
+    running = re.search(r"task=([0-9a-f]{6})", editor.wait_text("id=k1 status=running")).group(1)
+    row = editor.lines().index("```tool run_terminal_command id=k2")
+    editor.run_tool(row + 1)
+    done = re.search(
+        r"id=k2 status=completed.*task=([0-9a-f]{6})", editor.wait_text("id=k2 status=completed")
+    ).group(1)
+    assert editor.lua(complete, "SidekickHalt ") == [running]  # only what can be halted
+    assert sorted(editor.lua(complete, "SidekickOutput ")) == sorted([running, done])
+    assert editor.lua(complete, f"SidekickOutput {done[:5]}") == [done]
+    assert editor.lua(complete, f"SidekickOutput {done} /") == []  # the regex is not a token
+    marker.write_text("")
