@@ -368,6 +368,38 @@ def test_the_object_store_is_not_walked_but_its_info_is(tmp_path):
     assert "not a regular file" in repository_problem(str(work), str(work))
 
 
+def test_a_directory_of_the_git_directory_that_cannot_be_listed_is_a_problem(tmp_path, monkeypatch):
+    """What cannot be looked at is not passed (a rebase-merge/ of mode 0111 hid
+    a head-name linked outside from any user but root)."""
+    work = init(tmp_path / "work")
+    hidden = work / ".git" / "rebase-merge"
+    hidden.mkdir()
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path) == str(hidden):
+            raise PermissionError(13, "Permission denied", str(hidden))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert "cannot look into" in repository_problem(str(work), str(work))
+
+
+def test_object_stores_anywhere_are_left_out_but_their_info(tmp_path):
+    """LFS's and a submodule's object stores can hold many thousands of files:
+    not walked (git checks objects by their hash), but for their info."""
+    work = init(tmp_path / "work")
+    lfs = work / ".git" / "lfs" / "objects" / "ab" / "cd"
+    lfs.mkdir(parents=True)
+    for i in range(50):
+        (lfs / f"oid{i}").symlink_to("/dev/null")
+    assert repository_problem(str(work), str(work)) is None
+    info = work / ".git" / "modules" / "sub" / "objects" / "info"
+    info.mkdir(parents=True)
+    (info / "packs").symlink_to("/dev/null")
+    assert "not a regular file" in repository_problem(str(work), str(work))
+
+
 def test_a_socket_in_the_git_directory_passes(tmp_path):
     """git's fsmonitor daemon leaves a socket in .git; a socket cannot be read."""
     import socket

@@ -36,6 +36,7 @@ def test_key_formats_keep_their_prefix(secret, masked):
         "AKIAshort",
         "ghp_short",
         '{"max_tokens": 1024, "name": "token-less"}',
+        '{"tokenizer_class": "LlamaTokenizer", "max_tokens": "1024", "secretary": "Bob"}',
         "max_tokens: 1024\ntokens_used: 5",
         "see https://example.com:443/path and git@github.com:org/repo.git",
         "def check(password: str) -> bool:",  # not at the start of a line: not YAML
@@ -81,6 +82,11 @@ def test_assignments_mask_the_value_only():
             'curl -H "Authorization: Bearer ***" https://x',
         ),
         ("postgres://app:S3cretPw@db:5432/main", "postgres://app:***@db:5432/main"),
+        # escaped JSON whose secret holds the inner JSON's own escapes
+        (
+            '{"c": "{\\"accessToken\\": \\"a\\\\\\\\b\\\\\\"c\\", \\"n\\": \\"1\\"}"}',
+            '{"c": "{\\"accessToken\\": \\"***\\", \\"n\\": \\"1\\"}"}',
+        ),
     ],
 )
 def test_json_yaml_header_and_url_forms(text, masked):
@@ -95,6 +101,7 @@ def test_json_yaml_header_and_url_forms(text, masked):
         '"a": "' * 100_000,
         "password" * 32_000 + " :\n",
         '{"a": "' + '\\"a\\": \\"' * 50_000 + '"}',
+        "x:// " + "a." * 100_000,  # a URL's scheme could start at every word of the run
     ],
 )
 def test_masking_a_hostile_text_never_holds_the_host(text):

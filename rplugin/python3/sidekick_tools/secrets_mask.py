@@ -77,9 +77,11 @@ _ASSIGNMENT = re.compile(
 # a long one, quadratic in its length.
 _JSON_FIELD = re.compile(
     r"((\\)?\"([\w\-.]+)(?(2)\\)\"\s*:\s*(?(2)\\)\")"
-    r"((?(2)[^\"\\\n]*|(?:[^\"\\\n]|\\.)*))(?=(?(2)\\)\")"
+    # a value's characters and escapes; in escaped JSON, the inner JSON's own
+    # escaped backslash and escaped quote too (four backslashes, three and a quote)
+    r"((?(2)(?:[^\"\\\n]|\\\\(?:\\\")?)*|(?:[^\"\\\n]|\\.)*))(?=(?(2)\\)\")"
 )
-_SECRET_WORD = re.compile(r"(?i)password|passwd|token|secret|api_?key|private_?key")
+_SECRET_WORD = re.compile(rf"(?i){_NAME}$")  # the name ends so, as for `=`
 
 # The YAML form, a name at the start of its line: `password: value` (to the end
 # of the line; a quoted value keeps its quotes).
@@ -93,7 +95,11 @@ _AUTH_HEADER = re.compile(
     r"(?i)(\bauthorization\s*[:=]\s*(?:(?:bearer|basic|token|digest)\s+)?)"
     r"([A-Za-z0-9._~+/=\-]{8,})"
 )
-_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://[^\s/:@\"'<>]+:)([^\s/@\"'<>]+)(?=@)")
+# (the scheme starts where no scheme character stands before it: from inside a
+# long run of them every start would scan the run again)
+_URL_PASSWORD = re.compile(
+    r"(?i)((?<![a-z0-9+.\-])[a-z][a-z0-9+.\-]{0,31}://[^\s/:@\"'<>]+:)([^\s/@\"'<>]+)(?=@)"
+)
 
 
 def _token_sub(match: re.Match[str]) -> str:

@@ -110,23 +110,29 @@ def _check_repository(dotgit: str, root: str) -> None:
 # when git cannot parse it ("bad graft data: <line>", "bisect started on
 # <BISECT_START>", "rebasing <rebase-merge/head-name>"): each must be a regular
 # file of the repository's own (never a link to one elsewhere, a FIFO or a
-# device), whatever its name. The object store is left out (git checks each
-# object against its hash and never quotes one) but for its `info`, which names
-# other stores and packs. A socket (git's fsmonitor daemon) cannot be read.
+# device), whatever its name, and every directory listable (what cannot be
+# looked at is not passed). Object stores (`objects`, also a submodule's or
+# LFS's) are left out, git checks each object against its hash and never
+# quotes one, but for their `info`, which names other stores and packs. A
+# socket (git's fsmonitor daemon) cannot be read.
 _OBJECTS = "objects"
 _TREE_LIMIT = 20000  # entries looked at; a larger git directory: the user is asked
+
+
+def _unlistable(exc: OSError) -> None:
+    raise _Unsafe(f"cannot look into {exc.filename}: {exc.strerror}")
 
 
 def _check_git_files(gitdir: str) -> None:
     if os.path.lexists(os.path.join(gitdir, "info", "grafts")):
         raise _Unsafe("the repository has info/grafts (git quotes that file in its errors)")
     seen = 0
-    for top in (gitdir, os.path.join(gitdir, _OBJECTS, "info")):
-        if top != gitdir and not os.path.lexists(top):
-            continue
+    tops = [gitdir]
+    while tops:
+        top = tops.pop()
         if os.path.islink(top) or not os.path.isdir(top):
             raise _Unsafe(f"{top} is not a directory of the repository's own")
-        for here, dirs, files in os.walk(top):  # links are not followed
+        for here, dirs, files in os.walk(top, onerror=_unlistable):  # links are not followed
             seen += len(dirs) + len(files)
             if seen > _TREE_LIMIT:
                 raise _Unsafe(f"{gitdir} holds too many files to check")
@@ -135,8 +141,11 @@ def _check_git_files(gitdir: str) -> None:
                     raise _Unsafe(f"{os.path.join(here, name)} is a link")
             for name in files:
                 _regular(os.path.join(here, name))
-            if here == gitdir:  # its object store: only its info (walked next)
-                dirs[:] = [d for d in dirs if d != _OBJECTS]
+            if _OBJECTS in dirs:  # an object store: only its info
+                dirs.remove(_OBJECTS)
+                info = os.path.join(here, _OBJECTS, "info")
+                if os.path.lexists(info):
+                    tops.append(info)
 
 
 def _regular(path: str) -> None:
