@@ -48,6 +48,7 @@ function run.SidekickHalt(a)
   if token and not token:match("^%x%x%x%x%x%x$") then
     error("sidekick_tools: " .. token .. " is not a task token (6 hex characters)", 0)
   end
+  token = token and token:lower()
   local res = api().halt(token or token_in_view())
   if res and res.message then
     vim.notify(res.message, vim.log.levels.INFO)
@@ -94,11 +95,18 @@ local function tokens(active)
     if not require("sidekick_tools.host").running() or #vim.split(cmdline, "%s+") > 2 then
       return {}
     end
-    local ok, tasks = pcall(api().list_tasks, { limit = 100 })
+    local found = {}
+    -- every running and queued task (a long one may be older than the newest
+    -- hundred), or the newest hundred of any status
+    local queries = active and { { status = "running" }, { status = "queued" } }
+      or { { limit = 100 } }
+    for _, opts in ipairs(queries) do
+      local ok, tasks = pcall(api().list_tasks, opts)
+      vim.list_extend(found, ok and type(tasks) == "table" and tasks or {})
+    end
     local out = {}
-    for _, t in ipairs(ok and type(tasks) == "table" and tasks or {}) do
-      local wanted = not active or require("sidekick_tools.constants").active[t.status]
-      if wanted and vim.startswith(t.id, arglead:lower()) then
+    for _, t in ipairs(found) do
+      if vim.startswith(t.id, arglead:lower()) then
         table.insert(out, t.id)
       end
     end

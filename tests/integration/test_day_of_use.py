@@ -31,18 +31,27 @@ def messages_at(editor, row: int) -> list[str]:
     return [d["message"] for d in editor.diagnostics() if d["lnum"] == row]
 
 
-def test_undoing_a_final_result_follows_the_running_block_it_brings_back(editor):
+def test_undoing_a_final_result_shows_the_task_ended_and_the_undo_stands(editor):
     editor.setup(tasks={"hybrid_threshold": 0.2})
     marker = editor.workdir / "release"
     editor.open_chat(HEAD + call("u1", gate(marker, "echo seven")))
     editor.run_tool(ROW + 1)
-    editor.wait_text("```result id=u1 status=running task=")
+    text = editor.wait_text("```result id=u1 status=running task=")
+    token = re.search(r"task=([0-9a-f]{6})", text).group(1)
     marker.write_text("")
     editor.wait_text("```result id=u1 status=completed")
     editor.nvim.command("write")
     editor.nvim.command("undo")  # the final block (and its notice) go; the running block is back
-    assert "```result id=u1 status=running task=" in editor.text()
-    # the call follows its task again, as when the chat is opened: it has ended
+    undone = editor.text()
+    assert "```result id=u1 status=running task=" in undone
+    # not shown as running for ever, and not written again (that would undo the undo)
+    editor.wait_diag(
+        ROW, f"✓ run_terminal_command: task {token} ended completed; its result was undone"
+    )
+    assert editor.text() == undone
+    # reopening the chat writes it, as for a chat closed while its task ran
+    editor.nvim.command("write")
+    editor.nvim.command("edit")
     editor.wait_text("```result id=u1 status=completed")
     editor.wait_diag(ROW, "✓ run_terminal_command")
     assert editor.text().count("```result id=u1") == 1
@@ -160,4 +169,5 @@ def test_task_tokens_complete_without_starting_a_host(editor):
     assert sorted(editor.lua(complete, "SidekickOutput ")) == sorted([running, done])
     assert editor.lua(complete, f"SidekickOutput {done[:5]}") == [done]
     assert editor.lua(complete, f"SidekickOutput {done} /") == []  # the regex is not a token
-    marker.write_text("")
+    editor.nvim.command(f"SidekickHalt {running.upper()}")  # a token is a token in either case
+    editor.wait_text("```result id=k1 status=cancelled")

@@ -53,6 +53,9 @@ function M.message(st, now)
     end
     return string.format("%s %s (%s)", glyph, tool, table.concat(parts, ", "))
   elseif st.state == "completed" then
+    if st.detail and st.detail ~= "" then
+      return string.format("%s %s: %s", glyph, tool, st.detail)
+    end
     return string.format("%s %s", glyph, tool)
   end
   local detail = st.detail

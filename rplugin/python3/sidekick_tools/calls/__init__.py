@@ -84,7 +84,7 @@ class CallRunner:
     def stop(self, buf: int) -> dict[str, Any]:
         return self.loop.stop(buf)
 
-    async def chat_opened(self, buf: int) -> None:
+    async def chat_opened(self, buf: int, write_ended: bool = True) -> None:
         """A chat was (re)opened: follow its running blocks, draw every call's state."""
         if buf in self._reattaching:
             return
@@ -92,7 +92,7 @@ class CallRunner:
         try:
             mirror = await self.chain.marks.mirror(buf)
             self.scan.unfollowed[buf] = await self.follower.reattach(
-                buf, mirror, self.chain.marks.prepare
+                buf, mirror, self.chain.marks.prepare, write_ended
             )
         finally:
             self._reattaching.discard(buf)
@@ -100,8 +100,9 @@ class CallRunner:
 
     def _reattach_soon(self, buf: int) -> None:
         """A running block came back into a chat (an undo of its final result, a
-        paste): follow it as when the chat is opened."""
-        fut = asyncio.ensure_future(self.chat_opened(buf))
+        paste): follow it as when the chat is opened, but leave an ended task's
+        result unwritten (writing it would undo the undo)."""
+        fut = asyncio.ensure_future(self.chat_opened(buf, write_ended=False))
         fut.add_done_callback(log_failure)
 
     def token_at(self, buf: int, row: int) -> str | None:

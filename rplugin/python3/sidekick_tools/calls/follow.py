@@ -130,28 +130,39 @@ class TaskFollower:
             await self.writer.write_with_notice(tracked, result, notice)
 
     # -- a chat (re)opened ----------------------------------------------------------
-    async def reattach(self, buf: int, mirror: Any, prepare: Any) -> dict[str, str]:
+    async def reattach(
+        self, buf: int, mirror: Any, prepare: Any, write_ended: bool = True
+    ) -> dict[str, tuple[str, str]]:
         """Follow the `status=running task=T` blocks of a (re)opened chat; the
-        blocks not followed, by call id, with why.
+        blocks not followed, by call id: (the state to show, why).
 
         Only a task this very call started is followed (DESIGN §12): the store
         must name this chat and this call id. A block naming an unknown task or
         another chat's (a forged block, a copied chat) is left as it is; opening
-        such a chat rewrites nothing. `prepare(buf, call)` follows a call."""
-        unfollowed: dict[str, str] = {}
+        such a chat rewrites nothing. `prepare(buf, call)` follows a call.
+        `write_ended=False` (the block came back by an undo): a task that has
+        ended is shown as such, its result not written again, so that the undo
+        stands (reopening the chat writes it)."""
+        unfollowed: dict[str, tuple[str, str]] = {}
         for call in mirror.chat().calls:
             if not names_task(call) or self.ctx.registry.get(buf, call.call_id) is not None:
                 continue
             token = call.result.fields["task"]
             task = self.ctx.tasks.get(token) if is_token(token) else None
             if task is None:
-                unfollowed[call.call_id] = f"task {token} not found; not followed"
+                unfollowed[call.call_id] = ("failed", f"task {token} not found; not followed")
                 continue
             if task.chat != mirror.name or task.call_id != call.call_id:
-                unfollowed[call.call_id] = f"task {token} is not this call's; not followed"
+                why = f"task {token} is not this call's; not followed"
+                unfollowed[call.call_id] = ("failed", why)
+                continue
+            if task.terminal and not write_ended:
+                why = f"task {token} ended {task.status.value}; its result was undone"
+                unfollowed[call.call_id] = (task.status.value, why)
                 continue
             tracked = await prepare(buf, call)
-            if tracked is None:
+            if tracked is None:  # its block moved away meanwhile: the next look decides
+                unfollowed[call.call_id] = ("running", f"task {token}; not followed")
                 continue
             tracked.background = True
             self.ctx.registry.bind(tracked, token)

@@ -41,7 +41,7 @@ class DiagnosticScan:
         self._touched: set[int] = set()
         # running blocks of each buffer that name a task this host does not
         # follow, with why (a forged or copied block): shown as such
-        self.unfollowed: dict[int, dict[str, str]] = {}
+        self.unfollowed: dict[int, dict[str, tuple[str, str]]] = {}
         # called with a buffer whose text holds a running block nobody looked at
         # yet (an undo brought it back): the calls follow it, as on opening
         self.on_running_block: Callable[[int], None] | None = None

@@ -41,12 +41,13 @@ def scan_items(
     chat: Chat,
     skip_ids: set[str],
     problem_of: Callable[[ToolCall], str | None],
-    unfollowed: dict[str, str] | None = None,
+    unfollowed: dict[str, tuple[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Diagnostic state of the calls whose id is not in `skip_ids` (the ones a
     host follows draw their own). `problem_of(call)` says what is wrong with a
     call, if anything (its text, or its parameters against the tool's schema);
-    `unfollowed` maps ids of running blocks no host follows to why.
+    `unfollowed` maps ids of running blocks no host follows to the state they
+    show and why.
 
     Every pending, running, failed, cancelled or denied call is listed. Completed
     calls are listed only in the last assistant message: a long history of ✓
@@ -68,8 +69,7 @@ def scan_items(
             if res.status == "failed":
                 item["detail"] = fields_detail(res.fields) or "failed"
             elif res.status == "running" and call.call_id in (unfollowed or {}):
-                item["state"] = "failed"
-                item["detail"] = (unfollowed or {})[call.call_id]
+                item["state"], item["detail"] = (unfollowed or {})[call.call_id]
             elif res.status == "running" and res.fields.get("task"):
                 item["detail"] = f"task {res.fields['task']}"
             elif res.status == "denied":

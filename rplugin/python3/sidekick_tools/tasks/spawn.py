@@ -141,10 +141,13 @@ def lower_own_session(nice: int) -> bool:
     CPU between sessions first (Linux autogroups), a task's own nice only ranks it
     against the host and the other tasks of the host's session: the session as a
     whole must yield for its tasks, all together, to leave the CPU to the editor.
-    True when set; a failure (no autogroups, or lowering the value back without
-    privileges) is logged, never fatal."""
+    Where tasks get sessions of their own (a terminal, Python < 3.11), lowering
+    this one would only make the host lose to them: nothing is done. True when
+    set; a failure (no autogroups) is logged, never fatal."""
     if os.getsid(0) != os.getpid():
         return False  # another program's session (an MCP server an agent started): not ours
+    if "process_group" not in _detach_kwargs():
+        return False
     try:
         with open(AUTOGROUP, "w") as f:
             f.write(str(max(0, min(19, nice))))
