@@ -135,7 +135,7 @@ def test_run_tools_asks_once_for_the_calls_that_need_consent(editor):
     dialog = screen.dialog(1)
     assert "Run 4 pending tool calls? These 3 need your consent:" in dialog
     assert "run_terminal_command  touch made.txt" in dialog
-    assert 'write_file  {"path": "w.txt", "content": "W"}' in dialog
+    assert 'write_file  {"content": "W"} (path="w.txt")' in dialog
     assert "(problem:" in dialog and "command" in dialog.split("(problem:", 1)[1]
     assert "1 other runs without asking." in dialog
     assert "  ls" not in dialog  # the safe call is not asked about

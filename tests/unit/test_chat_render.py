@@ -18,6 +18,8 @@ from sidekick_tools.chat import (
     truncate_tail,
 )
 from sidekick_tools.chat import render as render_mod
+from sidekick_tools.chat.edits import describe
+from sidekick_tools.chat.parser import ToolCall
 from sidekick_tools.chat.render import truncate_streams
 
 CALL = ["ASSISTANT: running", "```tool run_terminal_command id=call_01", '{"command": "x"}', "```"]
@@ -393,3 +395,26 @@ def test_notice_lines_output_with_fences_and_markers():
     notice = chat.messages[1]
     assert (notice.start_row, notice.end_row) == (len(CALL), len(CALL) + len(lines) - 1)
     assert json.loads("\n".join(lines[2:-2])) == payload
+
+
+# --------------------------------------------------------------------------- describe
+
+
+def _call(tool: str, params: dict) -> ToolCall:
+    return ToolCall(tool, "c1", 0, 3, "```", json.dumps(params), True, 0, params, None)
+
+
+def test_a_question_about_a_call_always_shows_where_it_acts():
+    """What decides where a call writes or runs is never cut away, however long
+    the parameters the model put before it (a consent prompt shows this line)."""
+    content = "# Project notes\n\nThis file documents the build steps. " * 4
+    line = describe(_call("write_file", {"content": content, "path": "../../.bashrc"}))
+    assert line.endswith('(path="../../.bashrc")') and len(line) <= 120
+    assert line.startswith('{"content": "# Project notes')
+    command = describe(
+        _call("run_terminal_command", {"command": "./gradlew build", "cwd": "/tmp/x"})
+    )
+    assert command == './gradlew build (cwd="/tmp/x")'
+    assert describe(_call("run_terminal_command", {"command": "ls"})) == "ls"
+    paths = describe(_call("read_files", {"paths": ["a", "../b"]}))
+    assert paths == 'paths=["a", "../b"]'

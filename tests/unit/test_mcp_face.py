@@ -243,3 +243,14 @@ async def test_progress_reports_grow_and_stop_when_the_client_is_gone(setup):
     assert values == sorted(values) and len(set(values)) == 3
     assert sent[0][1].startswith(f"task {task.id} running")
     await manager.halt(task.id)
+
+
+def test_a_progress_message_masks_what_the_task_printed():
+    """A progress marker's text is the task's output: a key in it is masked, as in answers."""
+    from sidekick_tools.mcp.progress import describe
+    from sidekick_tools.tasks.model import Task, TaskStatus
+
+    key = "ghp_" + "A1b2C3d4" * 5
+    task = Task(id="58174a", status=TaskStatus.RUNNING, progress=10, progress_text=f"push {key}")
+    message = describe(task)
+    assert key not in message and "push ghp_***" in message

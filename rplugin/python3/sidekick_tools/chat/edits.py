@@ -60,17 +60,32 @@ def locate(chat: Chat, call_id: str, row: int) -> ToolCall | None:
     return chat.call_by_id(call_id)
 
 
+# Parameters that say where a call reads, writes or runs: a question about the
+# call shows them whole, whatever the model put before them.
+_WHERE = ("path", "paths", "cwd")
+
+
 def describe(call: ToolCall, limit: int = 120) -> str:
     """One line naming what a call would do: a command, an agent's message, or
-    its parameters."""
+    its parameters, cut to `limit`; then, never cut, where it acts (its path,
+    paths or cwd)."""
     params = call.params or {}
+    rest = {k: v for k, v in params.items() if k not in _WHERE}
     if call.tool == "run_terminal_command" and isinstance(params.get("command"), str):
         text = params["command"]
     elif call.tool == "use_agent":
         text = f"{params.get('agent')}: {params.get('message')}"
     elif params:
-        text = json.dumps(params, ensure_ascii=False)
+        text = json.dumps(rest, ensure_ascii=False) if rest else ""
     else:
         text = call.body
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    where = " ".join(
+        f"{key}={json.dumps(params[key], ensure_ascii=False)}" for key in _WHERE if key in params
+    )
+    where = " ".join(where.split())
+    if not where:
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+    room = max(20, limit - len(where) - 3)
+    text = text if len(text) <= room else text[: room - 1] + "…"
+    return f"{text} ({where})" if text else where

@@ -18,6 +18,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from ..secrets_mask import mask
 from ..tools import _tasks
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def describe(task: Any) -> str:
         if task.progress is not None:
             text += f", {task.progress}%"
         if task.progress_text:
-            text += f" {task.progress_text}"
+            text += f" {mask(task.progress_text)}"  # the task's output: may hold a key
     return text
 
 
