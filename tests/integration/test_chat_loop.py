@@ -483,3 +483,23 @@ def test_a_send_after_edits_anywhere_sends_the_chat_as_it_now_reads(editor, fake
     chat_cfg = {"model": "fake/test-model", "providers": {"fake": {"kind": kind}}}
     fresh = build_request(before_reply, chat_cfg, [])
     assert sent.json["messages"] == json.loads(fresh.http.body)["messages"]
+
+
+def test_half_a_surrogate_pair_in_a_reply_loses_nothing(editor, fake, kind):
+    """A JSON escape of a lone surrogate ("\\ud800") in the reply's text, a call's
+    input or its id decodes to text no UTF-8 carries: it is shown as U+FFFD and
+    the rest of the reply, its calls included, is kept."""
+    fake.push(
+        reply(
+            "Before \ud800 after.",
+            tool_call("list_directory", {"path": ".\udc00"}, id="call_s\ud800"),
+        ),
+        reply("Done."),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: go\n")
+    send(editor)
+    editor.wait_text("Before \ufffd after.")
+    editor.wait_text("```tool list_directory id=")
+    assert '{"path": ".\ufffd"}' in editor.text()
+    assert "internal error" not in " ".join(editor.notifications())

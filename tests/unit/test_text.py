@@ -39,3 +39,19 @@ def test_for_buffer():
     assert for_buffer(b"caf\xc3\xa9 \xff") == "caf\u00e9 \ufffd"
     assert for_buffer(b"\x00\x01\x02binary") == "[binary output: 9 bytes not shown]"
     assert is_binary(bytes(range(1, 32)) * 10) and not is_binary(b"text\n" * 100)
+
+
+def test_json_from_outside_has_no_lone_surrogates():
+    """Half a surrogate pair, escaped, decodes to a str no UTF-8 carries (to Neovim,
+    a buffer, a file): it becomes U+FFFD; a whole pair stays the character it is."""
+    from sidekick_tools.chat.call_body import read_params
+    from sidekick_tools.text import loads_json
+
+    value = loads_json(r'{"a\udc00": ["x\ud800y", {"b": "\ud83d\ude00"}], "n": 1}')
+    assert value == {"a\ufffd": ["x\ufffdy", {"b": "\U0001f600"}], "n": 1}
+    nested = loads_json("[" * 900 + r'"\ud800"' + "]" * 900)  # walked without recursion
+    for _ in range(900):
+        nested = nested[0]
+    assert nested == "\ufffd"
+    params, problem = read_params(r'{"command": "echo \ud800"}', 4)
+    assert problem is None and params == {"command": "echo \ufffd"}

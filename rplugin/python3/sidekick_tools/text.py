@@ -14,7 +14,9 @@ an MCP answer is cleaned here, the same way everywhere:
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 _ANSI = (
     r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI: ESC [ or the 8-bit form
@@ -86,3 +88,40 @@ def for_buffer(data: bytes) -> str:
     if is_binary(data):
         return f"[binary output: {len(data)} bytes not shown]"
     return _CONTROLS.sub("", clean(decode(data)))
+
+
+# A JSON escape of half a surrogate pair (a lone "\ud800") decodes to a str no
+# UTF-8 can carry: to Neovim, into a buffer or a file, it is an error at the end.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """`value` (parsed JSON) with each lone surrogate replaced by U+FFFD, in place
+    where it can be; iterative, for JSON nested as deep as the parser allowed."""
+
+    def clean(item: Any) -> Any:
+        if isinstance(item, str):
+            return _LONE_SURROGATE.sub("\ufffd", item)
+        if isinstance(item, (list, dict)):
+            todo.append(item)
+        return item
+
+    todo: list[Any] = []
+    value = clean(value)
+    while todo:
+        container = todo.pop()
+        if isinstance(container, list):
+            container[:] = [clean(item) for item in container]
+        else:
+            items = [(clean(key), clean(item)) for key, item in container.items()]
+            container.clear()
+            container.update(items)
+    return value
+
+
+def loads_json(text: str) -> Any:
+    """`json.loads` for text from outside (a provider, a chat): no lone surrogates
+    in its strings."""
+    value = json.loads(text)
+    return _without_lone_surrogates(value) if _SURROGATE_ESCAPE.search(text) else value

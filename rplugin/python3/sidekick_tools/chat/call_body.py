@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 
+from ..text import loads_json
+
 #: Tool call bodies larger than this (UTF-8 bytes) are refused without decoding.
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -68,7 +70,7 @@ def read_params(body: str, header_row: int) -> tuple[dict | None, str | None]:
             f"the limit is {MAX_JSON_DEPTH}"
         )
     try:
-        value = json.loads(body)
+        value = loads_json(body)
     except RecursionError:  # json_depth bounds it; never let one call break the chat
         return None, f"Tool call body nested too deeply (the limit is {MAX_JSON_DEPTH} levels)"
     except ValueError as exc:

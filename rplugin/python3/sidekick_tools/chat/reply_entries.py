@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any, Union
 
+from ..text import loads_json
 from .call_body import MAX_JSON_DEPTH, json_depth
 from .parser import MARKERS
 from .render import fence_for, new_call_id
@@ -37,7 +38,7 @@ def parse_tool_input(raw: str) -> dict[str, Any] | None:
     if json_depth(raw) > MAX_JSON_DEPTH:  # the decoder recurses once per level
         return None
     try:
-        value = json.loads(raw)
+        value = loads_json(raw)
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..text import loads_json
 from .errors import StreamError
 from .sse import SSEEvent
 
@@ -57,7 +58,7 @@ def encode_json(body: dict[str, Any]) -> bytes:
 def parse_event_json(event: SSEEvent) -> Any:
     """An event's data as JSON, or a StreamError naming the event."""
     try:
-        return json.loads(event.data)
+        return loads_json(event.data)
     except ValueError:
         snippet = event.data[:120]
         raise StreamError(
@@ -69,7 +70,7 @@ def parse_event_json(event: SSEEvent) -> Any:
 def json_error_body(body: bytes) -> dict[str, Any] | None:
     """An error response body as a JSON object, if it is one."""
     try:
-        value = json.loads(body.decode("utf-8", "replace"))
+        value = loads_json(body.decode("utf-8", "replace"))
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
