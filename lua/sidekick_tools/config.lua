@@ -237,7 +237,7 @@ M.options = {
     "chat.timeouts.read",
     120,
     "number",
-    "Longest silence inside a streamed reply, seconds (providers send pings)",
+    "Longest silence inside a streamed reply, seconds; keep-alive pings are silence too",
   },
   {
     "chat.auto_send",

@@ -97,7 +97,7 @@ def events(reply: Reply, model: str, message_id: str, tool_id: Any) -> list[tupl
             )
             return out
         if isinstance(piece, RawPiece):
-            out.append(("", piece.data, False))
+            out.append(("", piece.data, piece.paced))
             continue
         start: dict[str, Any]
         body: list[dict[str, Any]] = []

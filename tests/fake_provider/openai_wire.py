@@ -71,7 +71,7 @@ def chunks(
             out.append((body, False))
             return out
         if isinstance(piece, RawPiece):
-            out.append((piece.data, False))
+            out.append((piece.data, piece.paced))
         elif isinstance(piece, TextPiece):
             for c in split_text(piece.text, reply.chunk):
                 out.append((chunk({"content": c}), True))

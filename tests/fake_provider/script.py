@@ -51,9 +51,11 @@ class StreamErrorPiece:
 
 @dataclass(frozen=True)
 class RawPiece:
-    """Bytes written as they are, for streams no real provider sends (malformed events)."""
+    """Bytes written as they are, for streams no real provider sends (malformed events),
+    or keep-alives (`paced`: sent on the reply's schedule, like a delta)."""
 
     data: bytes
+    paced: bool = False
 
 
 Piece = Union[
@@ -121,8 +123,8 @@ def stream_error(
     return StreamErrorPiece(error_type, message)
 
 
-def raw(data: bytes) -> RawPiece:
-    return RawPiece(data)
+def raw(data: bytes, paced: bool = False) -> RawPiece:
+    return RawPiece(data, paced)
 
 
 def reply(*pieces: Piece | str, **options: Any) -> Reply:

@@ -229,6 +229,39 @@ async def test_a_silent_server_times_out_and_is_left():
         await until(lambda: fake.requests[0].disconnected, timeout=5)
 
 
+KEEP_ALIVE = {
+    "anthropic": b'event: ping\ndata: {"type": "ping"}\n\n',
+    "openai": b": keep-alive\n\n",
+}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_keep_alives_without_content_time_out(protocol):
+    """A server that only keeps the connection alive is not answering: after the
+    read timeout with no content the reply ends, what came before kept."""
+    pings = [raw(KEEP_ALIVE[protocol], paced=True)] * 400
+    async with FakeProvider([reply("Hi", *pings, chunk=0, tokens_per_second=20)]) as fake:
+        builder, _, error = await collect(
+            request_for(fake, protocol), timeouts=Timeouts(connect=5, read=0.5)
+        )
+        assert isinstance(error, StreamError) and error.kind == "timeout"
+        assert "only keep-alive events for 0.5 s" in error.message
+        assert builder.blocks() == [Text("Hi")]
+        await until(lambda: fake.requests[0].disconnected, timeout=5)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_reply_past_its_size_bound_is_stopped(protocol, monkeypatch):
+    from sidekick_tools.llm import stream
+
+    monkeypatch.setattr(stream, "MAX_REPLY_BYTES", 64 << 10)
+    async with FakeProvider([reply("x" * (256 << 10), chunk=1024)]) as fake:
+        builder, _, error = await collect(request_for(fake, protocol))
+    assert isinstance(error, StreamError) and "sent more than 0.0625 MiB" in error.message
+    (text,) = builder.blocks()
+    assert 0 < len(text.text) <= 64 << 10  # what came before the bound is kept
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_malformed_event_is_a_clear_error(protocol):
     garbage = (

@@ -10,8 +10,9 @@ connections warm. ``ChatClient.stream(request, api_key)`` is an async generator:
   ``retry-after-ms``) or a growing backoff; each retry is reported to ``on_retry``
   first. Only a reply that has yielded no content yet is retried;
 * a dropped connection, a timeout (connect, or a silence longer than the read
-  timeout) or an event that does not parse raise StreamError; every delta received
-  before is already out;
+  timeout, keep-alive events such as pings included: they are not content), an
+  event that does not parse, or a reply larger than MAX_REPLY_BYTES raise
+  StreamError; every delta received before is already out;
 * cancelling the task that iterates (or closing the generator) closes the
   connection at once.
 
@@ -47,6 +48,9 @@ from .sse import SSEDecoder
 
 #: A provider asking for a longer wait than this is not retried; its error is shown.
 MAX_RETRY_WAIT = 60.0
+# A reply's bytes at most: the largest replies models give are a few MB (thinking
+# included); past this the server is not answering, it is flooding.
+MAX_REPLY_BYTES = 16 << 20
 #: Deltas that are part of the answer: once one is out, a failure is not retried.
 _CONTENT = (
     TextDelta,
@@ -195,16 +199,32 @@ class ChatClient:
                 decoder = request.kind.decoder()
                 sse = SSEDecoder()
                 head = b""  # the body's start, to quote when it is no event stream
-                events = 0
+                events = size = 0
+                loop = asyncio.get_running_loop()
+                content_at = loop.time()  # when the last delta came
                 async for chunk in response.aiter_bytes():
                     if len(head) < 300:
                         head += chunk[:300]
+                    size += len(chunk)
+                    if size > MAX_REPLY_BYTES:
+                        raise StreamError(
+                            f"{where} sent more than {MAX_REPLY_BYTES / (1 << 20):g} MiB: "
+                            "the reply was stopped there",
+                            kind="malformed",
+                        )
                     for event in sse.feed(chunk):
                         events += 1
                         for delta in self._decode(decoder, event, literals):
+                            content_at = loop.time()
                             yield delta
                     if decoder.done:
                         return
+                    if loop.time() - content_at > self.timeouts.read:
+                        raise StreamError(
+                            f"{where} sent only keep-alive events for {self.timeouts.read:g} s: "
+                            "the reply timed out",
+                            kind="timeout",
+                        )
                 for event in sse.close():
                     events += 1
                     for delta in self._decode(decoder, event, literals):
