@@ -57,7 +57,9 @@ def shape_line(line: str, fence: int) -> tuple[str, int]:
         return line, fence
     if line.startswith("```"):
         info = line.lstrip("`")
-        if info.split()[:1] == ["sidekick"]:  # only the plugin writes its notes
+        # only the plugin writes its notes, and its call and result blocks: a
+        # model's calls are its native ones, never text shaped like a block
+        if info.split()[:1] in (["sidekick"], ["tool"], ["result"]):
             return " " + line, 0
         return line, (0 if "`" in info else len(line) - len(info))
     if line.startswith(MARKERS):
