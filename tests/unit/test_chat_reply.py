@@ -423,3 +423,44 @@ def test_streaming_a_long_reply_sends_each_character_about_once():
     buffer = apply_edit(buffer, renderer.take())
     assert buffer == renderer.lines and len(buffer) == 3000
     assert sent <= len(text) * 1.01
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_streamed_thinking_and_tool_input_render_as_their_whole_text(seed):
+    """Kept as lines and a backtick count while they stream, a thinking block
+    and a call's input render exactly as their whole text would: its lines,
+    in a fence longer than any backtick run, runs cut between pieces included."""
+    from sidekick_tools.chat.render import fence_for
+    from sidekick_tools.chat.reply_entries import ThinkingEntry, ToolEntry
+
+    rng = random.Random(seed)
+    pieces = ["".join(rng.choice("ab`\n") for _ in range(rng.randint(0, 6))) for _ in range(8)]
+    thinking_entry, tool = ThinkingEntry(), ToolEntry(0, "c1", "read_files")
+    for piece in pieces:
+        thinking_entry.add(piece)
+        tool.add(piece)
+    text = "".join(pieces)
+    fence = fence_for(text)
+    body = text.split("\n") if text else []
+    assert thinking_entry.render() == [f"{fence}thinking", *body, fence]
+    assert tool.render() == [f"{fence}tool read_files id=c1", *body, fence]
+    assert thinking_entry.text == tool.raw == text
+
+
+def test_a_huge_thinking_block_never_holds_the_host_frame_after_frame():
+    """Each frame renders the streaming block again: that must cost the new text,
+    not a join, split and backtick scan of all of it (30 MB: a minute before)."""
+    from sidekick_tools.chat.reply_entries import ThinkingEntry
+
+    from tests.conftest import answers
+
+    entry = ThinkingEntry()
+    entry.add("x" * (30 << 20))
+
+    def frames() -> int:
+        for _ in range(150):
+            entry.add("y")
+            entry.render()
+        return len(entry.render())
+
+    assert answers(frames, deadline=30) == 3

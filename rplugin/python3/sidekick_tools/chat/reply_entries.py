@@ -141,47 +141,103 @@ class TextEntry:
         return lines
 
 
-class _Pieces:
-    """A block whose text streams in pieces, joined when read (once per read
-    after new pieces came, not once per piece)."""
+_BACKTICKS = re.compile("`+")
+
+
+class _Streamed:
+    """A block whose text streams in pieces, kept as its lines (the last one still
+    open) and the longest backtick run in it, so that a frame's render costs its
+    lines, not a join, a split and a scan of the whole text again."""
 
     empty = False
 
     def __init__(self) -> None:
-        self._pieces: list[str] = []
+        self._done: list[str] = []  # the complete lines
+        self._line: list[str] = []  # the pieces of the open line
+        self._longest = 0  # the longest backtick run so far
+        self._run = 0  # the backtick run at the text's end (a piece may go on with it)
+        self._rendered: list[str] | None = None  # once ended
         self.ended = False
+
+    def add(self, piece: str) -> None:
+        if not piece:
+            return
+        self._rendered = None
+        self._count_backticks(piece)
+        if "\n" not in piece:
+            self._line.append(piece)
+            return
+        parts = piece.split("\n")
+        self._line.append(parts[0])
+        self._done.append("".join(self._line))
+        self._done.extend(parts[1:-1])
+        self._line = [parts[-1]] if parts[-1] else []
+
+    def _count_backticks(self, piece: str) -> None:
+        if "`" not in piece:
+            self._run = 0
+            return
+        lead = len(piece) - len(piece.lstrip("`"))
+        if lead == len(piece):
+            self._run += lead
+            self._longest = max(self._longest, self._run)
+            return
+        self._longest = max(self._longest, self._run + lead)
+        for run in _BACKTICKS.finditer(piece, lead):
+            self._longest = max(self._longest, len(run.group()))
+        self._run = len(piece) - len(piece.rstrip("`"))
+
+    def lines(self) -> list[str]:
+        """The text's lines (none when it is empty)."""
+        if not self._done and not self._line:
+            return []
+        if len(self._line) > 1:
+            self._line = ["".join(self._line)]
+        return [*self._done, self._line[0] if self._line else ""]
 
     @property
     def joined(self) -> str:
-        if len(self._pieces) > 1:
-            self._pieces = ["".join(self._pieces)]
-        return self._pieces[0] if self._pieces else ""
+        return "\n".join(self.lines())
 
-    def add(self, piece: str) -> None:
-        self._pieces.append(piece)
+    def fence(self) -> str:
+        """A fence longer than any backtick run in the text (as `fence_for`)."""
+        return "`" * max(3, self._longest + 1)
 
     def end(self) -> None:
         self.ended = True
 
 
-class ThinkingEntry(_Pieces):
+class ThinkingEntry(_Streamed):
     kind = "thinking"
 
     def __init__(self) -> None:
         super().__init__()
-        self.signature = ""
+        self._signature = ""
+
+    @property
+    def signature(self) -> str:
+        return self._signature
+
+    @signature.setter
+    def signature(self, value: str) -> None:
+        self._signature = value
+        self._rendered = None
 
     @property
     def text(self) -> str:
         return self.joined
 
     def render(self) -> list[str]:
-        text = self.text
-        fence = fence_for(text)
+        if self._rendered is not None:
+            return self._rendered
+        fence = self.fence()
         header = f"{fence}thinking"
         if self.signature:
             header += f" signature={info_token(self.signature)}"
-        return [header, *(text.split("\n") if text else ()), fence]
+        lines = [header, *self.lines(), fence]
+        if self.ended:
+            self._rendered = lines
+        return lines
 
 
 class RedactedEntry:
@@ -199,7 +255,7 @@ class RedactedEntry:
         return [f"```thinking redacted={info_token(self.data)}", "```"]
 
 
-class ToolEntry(_Pieces):
+class ToolEntry(_Streamed):
     kind = "tool_use"
 
     def __init__(self, index: int, call_id: str, name: str) -> None:
@@ -231,12 +287,18 @@ class ToolEntry(_Pieces):
     def render(self) -> list[str]:
         if self.dropped:
             return [self.dropped_note()]
-        body = self.body()
+        if self._rendered is not None:
+            return self._rendered
+        if not self.ended:  # the input as it streams
+            fence = self.fence()
+            return [f"{fence}tool {self.name} id={self.call_id}", *self.lines(), fence]
+        body = self.body()  # complete: shown as the JSON it is
         fence = fence_for(body)
         lines = [f"{fence}tool {self.name} id={self.call_id}"]
         if body:
             lines.extend(body.split("\n"))
         lines.append(fence)
+        self._rendered = lines
         return lines
 
 
