@@ -159,8 +159,20 @@ end
 
 -- state --------------------------------------------------------------------------------
 
+--- Is the line at a scanned call's row still that call's header? A scan's rows
+--- are the text's when it was scanned: an edit since (a result written above)
+--- moves the text, not the rows, until the next scan, a moment later.
+local function still_at(buf, s)
+  local line = vim.api.nvim_buf_get_lines(buf, s.row, s.row + 1, false)[1]
+  if not line or not line:find("^```") then
+    return false
+  end
+  return s.id == nil or s.id == "" or line:find(" id=" .. s.id, 1, true) ~= nil
+end
+
 --- Every call of `buf` with a state to show, by row: the followed calls whose
---- mark is still valid, then the scanned ones on the other rows.
+--- mark is still valid, then the scanned ones on the other rows (those whose
+--- header is still where the scan found it).
 ---@return { row: integer, st: sidekick_tools.CallState }[]
 function M.call_states(buf)
   local out, taken = {}, {}
@@ -172,7 +184,7 @@ function M.call_states(buf)
     end
   end
   for _, s in ipairs(M.scanned[buf] or {}) do
-    if not taken[s.row] then
+    if not taken[s.row] and still_at(buf, s) then
       table.insert(out, { row = s.row, st = s })
     end
   end

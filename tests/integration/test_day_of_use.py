@@ -171,3 +171,31 @@ def test_task_tokens_complete_without_starting_a_host(editor):
     assert editor.lua(complete, f"SidekickOutput {done} /") == []  # the regex is not a token
     editor.nvim.command(f"SidekickHalt {running.upper()}")  # a token is a token in either case
     editor.wait_text("```result id=k1 status=cancelled")
+
+
+def test_a_scanned_state_is_never_drawn_on_a_row_its_call_left(editor):
+    """The states of calls no host follows come with their rows from a scan; text
+    written above them before the next scan (a result) moves the calls, not those
+    rows. A state is drawn only where its call's header still stands."""
+    editor.setup()
+    buf = editor.open_chat(HEAD + call("c4", "ls") + "\n" + call("c5", "ls"))
+    lines = editor.lines()
+    assert (lines[4], lines[8]) == (  # the rows a scan gives the two calls
+        "```tool run_terminal_command id=c4",
+        "```tool run_terminal_command id=c5",
+    )
+    got = editor.lua(
+        "local client = require('sidekick_tools.client')\n"
+        "local buf = ...\n"
+        "client.scanned[buf] = {\n"
+        "  { row = 4, tool = 'run_terminal_command', id = 'c4', state = 'pending' },\n"
+        "  { row = 8, tool = 'run_terminal_command', id = 'c5', state = 'pending' } }\n"
+        "local rows = function() local r = {} for _, s in ipairs(client.call_states(buf)) do\n"
+        "  table.insert(r, s.row) end table.sort(r) return r end\n"
+        "local before = rows()\n"
+        "local block = { '```result id=c4 status=completed', 'x', '```' }\n"
+        "vim.api.nvim_buf_set_lines(buf, 7, 7, false, block)\n"
+        "return { before, rows() }",
+        buf,
+    )
+    assert got == [[4, 8], [4]]  # c5 moved down three rows: not drawn on the result's row

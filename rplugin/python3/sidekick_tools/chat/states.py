@@ -63,7 +63,7 @@ def scan_items(
         res = call.result
         if res is not None and res.status == "completed" and id(call) not in recent:
             continue
-        item: dict[str, Any] = {"row": call.start_row, "tool": call.tool}
+        item: dict[str, Any] = {"row": call.start_row, "tool": call.tool, "id": call.call_id or ""}
         if res is not None and res.status in RESULT_STATUSES:
             item["state"] = res.status
             if res.status == "failed":
