@@ -278,6 +278,17 @@ function M.task_page(opts)
   return page
 end
 
+--- A task token the user typed, as the host takes it (lowercase); nil for nil.
+--- Raises an error for the user when `text` is no token.
+---@param text string|nil
+---@return string|nil
+function M.token(text)
+  if text and not text:match("^%x%x%x%x%x%x$") then
+    error("sidekick_tools: " .. text .. " is not a task token (6 hex characters)", 0)
+  end
+  return text and text:lower()
+end
+
 --- The token of the task of the call at (buf, row), or nil.
 function M.task_at(buf, row)
   local token = host.request("task_at", buf, row)

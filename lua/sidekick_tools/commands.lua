@@ -44,11 +44,7 @@ function run.SidekickDeny(a)
 end
 
 function run.SidekickHalt(a)
-  local token = a.fargs[1]
-  if token and not token:match("^%x%x%x%x%x%x$") then
-    error("sidekick_tools: " .. token .. " is not a task token (6 hex characters)", 0)
-  end
-  token = token and token:lower()
+  local token = require("sidekick_tools.client").token(a.fargs[1])
   local res = api().halt(token or token_in_view())
   if res and res.message then
     vim.notify(res.message, vim.log.levels.INFO)

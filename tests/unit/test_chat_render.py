@@ -248,7 +248,7 @@ def numbered(prefix: str, n: int) -> list[str]:
 
 def test_truncate_streams_keeps_a_share_of_each_stream_and_the_marker():
     body = "\n".join([*numbered("out", 5), "[stderr]", *numbered("err", 10), "[cancelled]"])
-    out = truncate_streams(body, 8, "/t/abc123/stdout").split("\n")
+    out = truncate_streams(body, 8, "/t/abc123/stdout", "/t/abc123/stderr").split("\n")
     assert out == [
         "[... 2 earlier lines truncated; full output: /t/abc123/stdout]",
         "out3",

@@ -139,7 +139,7 @@ def _value_sub(match: re.Match[str]) -> str:
 
 def _json_sub(match: re.Match[str]) -> str:
     if _SECRET_WORD.search(match.group(3)):
-        return match.group(1) + REPLACEMENT
+        return _value_sub(match)
     if match.group(2):  # an escaped value holds no further escaped JSON
         return match.group(0)
     # another field's string value may be JSON text itself (its quotes escaped)

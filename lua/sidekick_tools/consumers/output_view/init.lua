@@ -474,10 +474,7 @@ function M.parse_args(args)
       error("sidekick_tools: trailing characters after /" .. filter .. "/: " .. trailing, 0)
     end
   end
-  if token and not token:match("^%x%x%x%x%x%x$") then
-    error("sidekick_tools: " .. token .. " is not a task token (6 hex characters)", 0)
-  end
-  return token and token:lower() or nil, filter
+  return client.token(token), filter
 end
 
 --- The token of the task under the cursor: the tasks window's line, or the

@@ -24,7 +24,7 @@ from ..tasks.model import TaskStatus, is_token
 from ..tools.base import ToolResult
 from .context import CallContext
 from .registry import Tracked
-from .writer import ResultWriter, log_failure, log_path_of
+from .writer import ResultWriter, log_failure
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +110,8 @@ class TaskFollower:
         tracked.finishing = True
         result = tools.result_from_task(tracked.tool, task)
         result.fields.setdefault("task", task.id)
-        log_path = log_path_of(task)
         # the notice stays short: the last few lines; the block above and the log have the rest
-        output = self.writer.shown(result.body, log_path, lines=self.ctx.config.notice_lines)
+        output = self.writer.shown(result.body, task, lines=self.ctx.config.notice_lines)
         payload = {
             "id": task.id,
             "status": task.status.value,
@@ -121,7 +120,7 @@ class TaskFollower:
             "duration_seconds": _duration(task),
             "exit_code": task.exit_code,
             "output": output,
-            "log": log_path,
+            "log": task.log_path,
         }
         notice = notice_lines(payload)
         if self.hold(tracked.buf, notice):

@@ -22,7 +22,7 @@ from ..chat import ToolCall
 from ..chat.edits import locate, notice_edit, result_span, user_line_edit
 from ..chat.render import clean_output, result_lines, truncate_streams
 from ..secrets_mask import mask
-from ..tasks.model import ACTIVE
+from ..tasks.model import ACTIVE, Task
 from ..tools.base import ToolResult
 from .context import CallContext
 from .registry import Tracked
@@ -86,15 +86,17 @@ class ResultWriter:
         return self._enqueue(buf, Pending(next(self._seq), lines=notice))
 
     def shown(
-        self, body: str, log_path: str | None, truncate: bool = True, lines: int | None = None
+        self, body: str, task: Task | None, truncate: bool = True, lines: int | None = None
     ) -> str:
         """Text as the buffer shows it: clean, secrets masked (the raw log keeps
         them, 0600), no trailing newline, and for process output only the tail
-        (`lines`, default `result.max_lines`; file tools bound their own results)."""
+        (`lines`, default `result.max_lines`; file tools bound their own results),
+        naming `task`'s logs where lines were cut."""
         text = mask(clean_output(body.encode("utf-8", "replace")))
         if truncate:
             keep = self.ctx.config.result_max_lines if lines is None else lines
-            text = truncate_streams(text, keep, log_path)
+            logs = (task.log_path, task.stderr_path) if task is not None else (None, None)
+            text = truncate_streams(text, keep, *logs)
         return text.rstrip("\n")
 
     def lost(self, tracked: Tracked, why: str, result: ToolResult | None = None) -> None:
@@ -107,7 +109,8 @@ class ResultWriter:
         what = f"call {tracked.call_id} ({tracked.tool})"
         where = ""
         if tracked.token:
-            log_path = log_path_of(self.ctx.tasks.get(tracked.token))
+            task = self.ctx.tasks.get(tracked.token)
+            log_path = task.log_path if task is not None else None
             what = f"task {tracked.token} of {what}"
             where = f"; its output: {log_path}" if log_path else ""
         if status in ACTIVE:  # its state could not be written: the task goes on
@@ -136,10 +139,10 @@ class ResultWriter:
     # -- the queue -----------------------------------------------------------------
     def _result_item(self, tracked: Tracked, result: ToolResult) -> Pending:
         token = result.fields.get("task")
-        log_path = None  # named only when lines are cut: look the task up only then
+        task = None  # its logs are named only when lines are cut: looked up only then
         if token and result.body.count("\n") >= self.ctx.config.result_max_lines:
-            log_path = log_path_of(self.ctx.tasks.get(str(token)))
-        body = self.shown(result.body, log_path, truncate=bool(token))
+            task = self.ctx.tasks.get(str(token))
+        body = self.shown(result.body, task, truncate=bool(token))
         block = result_lines(tracked.call_id, result.status, result.fields, body)
         return Pending(next(self._seq), tracked=tracked, result=result, lines=block)
 
@@ -265,12 +268,6 @@ class _Batch:
         for item in batch:
             if item.tracked is None and item not in self.later:
                 item.resolve(item in self.notices)
-
-
-def log_path_of(task: Any) -> str | None:
-    if task is None or not task.log_dir:
-        return None
-    return f"{task.log_dir}/stdout"
 
 
 def log_failure(fut: asyncio.Future[Any]) -> None:

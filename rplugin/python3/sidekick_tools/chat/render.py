@@ -113,10 +113,13 @@ def truncate_tail(text: str, max_lines: int, log_path: str | None) -> str:
 STDERR_MARK = "[stderr]"  # the line between a result's stdout and its stderr
 
 
-def truncate_streams(text: str, max_lines: int, log_path: str | None) -> str:
+def truncate_streams(
+    text: str, max_lines: int, log_path: str | None, err_path: str | None = None
+) -> str:
     """`truncate_tail` for a task's result body (stdout, then `[stderr]` and
     stderr): when lines must go, each stream keeps its share of ``max_lines``,
-    the marker included, so a long stderr never hides stdout and its own marker."""
+    the marker included, so a long stderr never hides stdout and its own marker.
+    ``log_path`` and ``err_path`` name the two logs in the notes of what was cut."""
     trailing = text.endswith("\n")
     lines = (text[:-1] if trailing else text).split("\n")
     room = max(0, max_lines) - 1  # the marker's line
@@ -125,11 +128,8 @@ def truncate_streams(text: str, max_lines: int, log_path: str | None) -> str:
     at = lines.index(STDERR_MARK)
     out, err = lines[:at], lines[at + 1 :]
     keep_out = min(len(out), max(room // 2, room - len(err)))
-    err_log = None  # the stderr log lies beside stdout's
-    if log_path and log_path.endswith("stdout"):
-        err_log = log_path[: -len("stdout")] + "stderr"
     parts = [truncate_tail("\n".join(out), keep_out, log_path)] if out else []
-    parts += [STDERR_MARK, truncate_tail("\n".join(err), room - keep_out, err_log)]
+    parts += [STDERR_MARK, truncate_tail("\n".join(err), room - keep_out, err_path)]
     return "\n".join(parts) + ("\n" if trailing else "")
 
 

@@ -81,9 +81,9 @@ def from_task_call(
     progress = progress_of(task)
     if progress is not None:
         head["progress"] = progress
-    log_path = task.log_path if task is not None else None  # purged meanwhile
+    logs = (task.log_path, task.stderr_path) if task is not None else (None, None)  # purged?
     text = clean_output(result.body.encode("utf-8", "replace"))
-    return payload(head, truncate_streams(text, max_lines, log_path).rstrip("\n"))
+    return payload(head, truncate_streams(text, max_lines, *logs).rstrip("\n"))
 
 
 def running(token: str, task: Any, names: ToolNames, waited: float | None) -> dict[str, Any]:
