@@ -265,7 +265,7 @@ async def test_tasks_run_nicer_than_the_host(tasks_state, tmp_path):
 LOWER = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from sidekick_tools.tasks.spawn import lower_own_session; "
-    "print(lower_own_session(int(sys.argv[2])), open('/proc/self/autogroup').read().split()[-1])"
+    "print(lower_own_session(int(sys.argv[2]))); print(open('/proc/self/autogroup').read(), end='')"
 )
 
 
@@ -283,9 +283,12 @@ def test_a_session_leader_lowers_its_session_and_nothing_else_does(leader):
         check=True,
         start_new_session=leader,
     )
-    with open(spawn.AUTOGROUP) as f:
-        before = f.read().split()[-1]
-    assert done.stdout.split() == (["True", "7"] if leader else ["False", before])
+    lowered, group = done.stdout.split("\n", 1)
+    if leader:  # setsid gave it an autogroup of its own: "/autogroup-N nice 7"
+        assert (lowered, group.split()[-2:]) == ("True", ["nice", "7"])
+    else:  # ours, as it was (the boot session's default group reads empty)
+        with open(spawn.AUTOGROUP) as f:
+            assert (lowered, group) == ("False", f.read())
 
 
 def test_spawn_nice_failure_is_not_fatal(tmp_path, monkeypatch, caplog):
