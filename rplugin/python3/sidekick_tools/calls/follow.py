@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -195,26 +194,15 @@ def task_view(task: Any) -> dict[str, Any]:
 def result_detail(result: ToolResult) -> str | None:
     """The short text a finished call's diagnostic carries."""
     if result.status == "failed":
-        return fields_detail(result.fields) or mask(first_problem(result.body))[:200]
+        return fields_detail(result.fields) or mask(result.detail or first_line(result.body))[:200]
     if result.status in ("cancelled", "denied"):  # denied: who (Lua words it)
         return str(result.fields.get("reason") or result.status)
     return None
 
 
-_SECTION = re.compile(r"==> (.*) <==")  # a file's section in read_files' body
-_SECTION_PROBLEM = re.compile(r"\[(?:error: )?(not read: .*|.*)\]")
-
-
-def first_problem(body: str) -> str:
-    """What a failed result's body leads with: its first line, or for a body of
-    file sections, the first section that is only an error (`[error: ...]`), with
-    its path."""
+def first_line(body: str) -> str:
+    """What a failed result's body leads with."""
     lines = body.strip().splitlines()
-    if lines and _SECTION.fullmatch(lines[0]):
-        for header, text, after in zip(lines, lines[1:], [*lines[2:], ""]):
-            section, problem = _SECTION.fullmatch(header), _SECTION_PROBLEM.fullmatch(text)
-            if section and problem and text.startswith(("[error: ", "[not read: ")) and not after:
-                return f"{section[1]}: {problem[1]}"
     return lines[0] if lines else "failed"
 
 

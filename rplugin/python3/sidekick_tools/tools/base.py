@@ -68,12 +68,15 @@ class ToolResult:
 
     ``fields`` become ``key=value`` pairs in the block's info string
     (``exit=``, ``task=``, ``duration=``, ``reason=``); values never contain
-    whitespace.
+    whitespace. ``detail``, never written, is what a failed call's diagnostic
+    says when the body's first line would not (read_files: the first file that
+    failed and why, which no file's own text can forge).
     """
 
     status: str  # one of chat/states.py RESULT_STATUSES
     body: str = ""
     fields: Fields = field(default_factory=dict)
+    detail: str | None = None
 
     @classmethod
     def ok(cls, body: str = "", **fields: FieldValue) -> ToolResult:

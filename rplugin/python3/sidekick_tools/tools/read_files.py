@@ -49,25 +49,25 @@ class ReadFiles:
         return await asyncio.to_thread(read_sections, list(params["paths"]), ctx.cwd)
 
 
+OVER_BUDGET = f"{MAX_TOTAL_BYTES} bytes; read it in another call"
+
+
 def read_sections(paths: list[str], cwd: str) -> ToolResult:
     sections = []
-    failed = 0
+    problems = []  # "path: why" of each section that failed
     budget = MAX_TOTAL_BYTES
     for shown in paths:
         if budget <= 0:
-            failed += 1
-            sections.append(
-                f"==> {shown} <==\n[not read: this call already read {MAX_TOTAL_BYTES} bytes; "
-                "read it in another call]"
-            )
-            continue
-        ok, text = _read_one(shown, cwd, min(MAX_FILE_BYTES, budget))
-        budget -= len(text.encode("utf-8", "replace"))
-        failed += not ok
+            ok, text = False, f"[not read: this call already read {OVER_BUDGET}]"
+        else:
+            ok, text = _read_one(shown, cwd, min(MAX_FILE_BYTES, budget))
+            budget -= len(text.encode("utf-8", "replace"))
+        if not ok:
+            problems.append(f"{shown}: {text[1:-1].removeprefix('error: ')}")
         sections.append(f"==> {shown} <==\n{text}")
     body = "\n\n".join(sections)
-    if failed:
-        return ToolResult.fail(body)
+    if problems:
+        return ToolResult("failed", body, {}, detail=problems[0])
     return ToolResult.ok(body)
 
 
