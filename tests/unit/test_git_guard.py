@@ -441,3 +441,110 @@ def test_a_working_directory_below_a_colon_is_refused(tmp_path):
     work = tmp_path / "a:b" / "work"
     work.mkdir(parents=True)
     assert ":" in repository_problem(str(work), str(work))
+
+
+def filtered(work: Path, marker: Path) -> None:
+    """`work`'s config gets a clean filter that leaves `marker`, for every file."""
+    git(work, "config", "filter.x.clean", f"touch {marker}; cat")
+    (work / ".gitattributes").write_text("* filter=x\n")
+    f = work / "f.txt"
+    f.write_text("g\n")  # the same size, another time: status hashes it, through the filter
+    os.utime(f, (f.stat().st_mtime + 10,) * 2)
+
+
+def approved(command: str, work: Path) -> command_policy.Verdict:
+    return command_policy.check(command, None, str(work), table_for(DEFAULT_SAFE_COMMANDS, {}))
+
+
+def test_a_git_file_is_read_as_git_reads_it_and_would_have_run_a_filter(tmp_path):
+    """git takes `gitdir: g ` as the directory `g ` (only line ends come off): the
+    check looked at a decoy `g` instead, and auto-ran `git status` under a
+    filter driver of `g `'s config."""
+    work = init(tmp_path / "work")
+    marker = tmp_path / "ran"
+    filtered(work, marker)
+    os.rename(work / ".git", work / "g ")
+    (work / "g").mkdir()
+    (work / ".git").write_text("gitdir: g \n")
+    subprocess.run(["git", "status"], cwd=work, env=ENV, capture_output=True, check=True)
+    assert marker.exists()  # the control: git really uses `g `
+    marker.unlink()
+    result = approved("git status", work)
+    assert not result.approved
+    assert "[filter]" in result.reason and "g /config" in result.reason
+
+
+def test_a_commondir_is_read_as_git_reads_it_and_would_have_run_a_filter(tmp_path):
+    work = init(tmp_path / "work")
+    marker = tmp_path / "ran"
+    filtered(work, marker)
+    os.rename(work / ".git", work / "c ")
+    (work / "c").mkdir()
+    (work / "wt").mkdir()
+    for name in ("HEAD", "index"):
+        (work / "wt" / name).write_bytes((work / "c " / name).read_bytes())
+    (work / "wt" / "commondir").write_text("../c \n")
+    (work / ".git").write_text("gitdir: wt\n")
+    subprocess.run(["git", "status"], cwd=work, env=ENV, capture_output=True, check=True)
+    assert marker.exists()  # the control
+    result = approved("git status", work)
+    assert not result.approved
+    assert "c /config" in result.reason
+
+
+@pytest.mark.parametrize(
+    "text", [b"gitdir: \n", b"gitdir: a\0b\n", b"gitdir: a\nb\n", b"gitdir:a\n"]
+)
+def test_a_git_file_this_check_cannot_read_as_git_does_is_refused(tmp_path, text):
+    work = init(tmp_path / "work")
+    os.rename(work / ".git", work / "a")
+    (work / ".git").write_bytes(text)
+    assert repository_problem(str(work), str(work))
+
+
+def test_an_index_whose_name_lengths_disagree_with_its_flags_is_refused_and_would_have_leaked(
+    tmp_path,
+):
+    """git steps from entry to entry by the name length in the flags; a name with
+    a NUL inside it made the check step otherwise, and see a harmless entry `b`
+    where git saw `/.../secret.txt`."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET\n")
+    work = tmp_path / "work"
+    subprocess.run(["git", "init", "-q", str(work)], check=True, env=ENV)
+    git(work, "hash-object", "-w", "/dev/null")
+    fake = entry(b"b", 2)  # a 62-byte header and "b\0": 64 bytes
+    # the check, stepping by the NUL after "!", met the fake entry, then what
+    # looked like an extension running past the end
+    hidden = b"!\0" + fake + b"ZZZZ" + struct.pack(">I", 0x7FFFFFF0)
+    first = struct.pack(">10I", 0, 0, 0, 0, 0, 0, 0o100644, 0, 0, 0) + SHA
+    first += struct.pack(">H", len(hidden)) + hidden + b"\0"
+    first += b"\0" * (-len(first) % 8)
+    body = b"DIRC" + struct.pack(">II", 2, 2) + first + entry(str(secret).encode(), 2)
+    (work / ".git" / "index").write_bytes(body + hashlib.sha1(body).digest())
+    leak = subprocess.run(["git", "diff"], cwd=work, env=ENV, capture_output=True, text=True)
+    assert "TOPSECRET" in leak.stdout  # the control: git really reads it
+    result = approved("git diff", work)
+    assert not result.approved
+    assert "length disagrees" in result.reason
+
+
+def test_a_linked_worktree_named_objects_is_walked_and_would_have_leaked(tmp_path):
+    """Only git's object stores are left out of the walk, not every directory
+    named `objects`: a linked worktree's `gitdir` linked outside was printed
+    whole by `git branch -vv`."""
+    (tmp_path / "secret.txt").write_text("TOPSECRET\n")
+    work = init(tmp_path / "work")
+    git(work, "branch", "other")
+    linked = work / ".git" / "worktrees" / "objects"
+    linked.mkdir(parents=True)
+    (linked / "HEAD").write_text("ref: refs/heads/other\n")
+    (linked / "commondir").write_text("../..\n")
+    (linked / "gitdir").symlink_to(tmp_path / "secret.txt")
+    leak = subprocess.run(
+        ["git", "branch", "-vv"], cwd=work, env=ENV, capture_output=True, text=True
+    )
+    assert "TOPSECRET" in leak.stdout  # the control
+    result = approved("git branch -vv", work)
+    assert not result.approved
+    assert "worktrees/objects/gitdir is not a regular file" in result.reason

@@ -67,14 +67,12 @@ def _check_repository(dotgit: str, root: str) -> None:
     if os.path.isdir(dotgit):
         gitdir = os.path.realpath(dotgit)
     elif os.path.isfile(dotgit):
-        text = _read(dotgit, 4096).decode("utf-8", "replace").strip()
-        if not text.startswith("gitdir:"):
-            raise _Unsafe(f"{dotgit} is not a git link file")
-        gitdir = os.path.realpath(os.path.join(os.path.dirname(dotgit), text[7:].strip()))
+        named = _git_path(dotgit, b"gitdir: ")
+        gitdir = os.path.realpath(os.path.join(os.path.dirname(dotgit), named))
         back = os.path.join(gitdir, "gitdir")
         if not is_inside(gitdir, root):
             # A linked worktree: its git directory names this .git file back.
-            named = _read(back, 4096).decode("utf-8", "replace").strip() if _exists(back) else ""
+            named = _git_path(back) if _exists(back) else ""
             linked = bool(named) and os.path.realpath(named) == os.path.realpath(dotgit)
     else:
         raise _Unsafe(f"{dotgit} is neither a directory nor a file")
@@ -84,7 +82,7 @@ def _check_repository(dotgit: str, root: str) -> None:
         raise _Unsafe(f"{gitdir} is not a git directory")
     common = gitdir
     if _exists(os.path.join(gitdir, "commondir")):
-        named = _read(os.path.join(gitdir, "commondir"), 4096).decode("utf-8", "replace").strip()
+        named = _git_path(os.path.join(gitdir, "commondir"))
         common = os.path.realpath(os.path.join(gitdir, named))
         if not (linked or is_inside(common, root)):
             raise _Unsafe("the repository's common directory is outside the working directory")
@@ -104,6 +102,21 @@ def _check_repository(dotgit: str, root: str) -> None:
         problem = _index_file_problem(index)
         if problem:
             raise _Unsafe(f"{index}: {problem}")
+
+
+def _git_path(path: str, prefix: bytes = b"") -> str:
+    """The path a git link file names (``.git``'s ``gitdir: ``, ``commondir``,
+    a worktree's ``gitdir``), read the way git reads it: the prefix exactly, and
+    only the line ends at the end taken off, so that ``g `` stays ``g `` (with
+    its space), the directory git will use. A path git would cut short (at a NUL)
+    or that is empty is not trusted."""
+    data = _read(path, 4096)
+    if not data.startswith(prefix):
+        raise _Unsafe(f"{path} is not a git link file")
+    named = data[len(prefix) :].rstrip(b"\r\n")
+    if not named or b"\0" in named or b"\n" in named:
+        raise _Unsafe(f"{path} names no path this check can read as git does")
+    return os.fsdecode(named)
 
 
 # Every file of a git directory may be read by a read-only command, and quoted
@@ -141,11 +154,24 @@ def _check_git_files(gitdir: str) -> None:
                     raise _Unsafe(f"{os.path.join(here, name)} is a link")
             for name in files:
                 _regular(os.path.join(here, name))
-            if _OBJECTS in dirs:  # an object store: only its info
+            if _OBJECTS in dirs and _holds_a_store(gitdir, here):  # only its info
                 dirs.remove(_OBJECTS)
                 info = os.path.join(here, _OBJECTS, "info")
                 if os.path.lexists(info):
                     tops.append(info)
+
+
+def _holds_a_store(gitdir: str, here: str) -> bool:
+    """Whether ``here/objects`` is one of git's object stores: the repository's
+    own, LFS's, or a submodule's (under ``modules/``), never one inside a linked
+    worktree's directory, whose files git reads (and quotes) as they are, or one
+    inside another store. A name that could be either is looked into."""
+    rel = os.path.relpath(here, gitdir)
+    parts = [] if rel == os.curdir else rel.split(os.sep)
+    if parts in ([], ["lfs"]):
+        return True
+    inner = {_OBJECTS, "info", "worktrees"}
+    return len(parts) >= 2 and parts[0] == "modules" and not inner.intersection(parts)
 
 
 def _regular(path: str) -> None:

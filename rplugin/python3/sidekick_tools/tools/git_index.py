@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 
+_NAME_MASK = 0x0FFF  # a name's length in an entry's flags; longer names: this value
+
 
 def index_problem(data: bytes) -> str | None:
     """None when every path the index lists stays inside the work tree.
@@ -40,6 +42,10 @@ def index_problem(data: bytes) -> str | None:
         else:
             name = data[start:nul]
             pos += (header + len(name) + 8) & ~7
+        if flags & _NAME_MASK != min(len(name), _NAME_MASK):
+            # git takes a name's length from the flags and steps on by it: a
+            # name it reads otherwise than up to the NUL is not read alike here
+            return "the index is malformed (a name's length disagrees with its flags)"
         if not _tree_path(name, mode):
             shown = name.decode("utf-8", "replace")
             return f"the index lists {shown!r}, a path outside the work tree"
