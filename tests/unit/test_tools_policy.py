@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 from sidekick_tools.config import AgentConfig, Config
-from sidekick_tools.tools import REGISTRY, Tool, check_call, get_tool
+from sidekick_tools.tools import REGISTRY, Tool, check_call, command_policy, get_tool
 from sidekick_tools.tools.base import ToolContext, ToolResult
-from sidekick_tools.tools.policy import decide
+from sidekick_tools.tools.policy import decide, judge
 from sidekick_tools.tools.schema import validate
 
 FIVE = {"run_terminal_command", "read_files", "list_directory", "write_file", "replace_in_file"}
@@ -265,3 +268,48 @@ def test_validate_is_reexported():
     from sidekick_tools import tools
 
     assert tools.validate is validate
+
+
+# ------------------------------------------------------------------ off the loop
+
+
+def held_check(monkeypatch):
+    """command_policy.check, made to wait until the event loop has run meanwhile
+    (10 s at most): the verdict says whether it did."""
+    ran = threading.Event()
+
+    def check(*args):
+        held = not ran.wait(timeout=10)
+        return command_policy.Verdict(not held, "the loop was held" if held else "the loop ran")
+
+    monkeypatch.setattr(command_policy, "check", check)
+
+    async def meanwhile():
+        ran.set()
+
+    return meanwhile
+
+
+async def test_a_commands_verdict_is_found_while_the_host_answers_others(root, monkeypatch):
+    """The git check may read a repository's files at length (a 252 MB index held
+    every request of the editor for 6 s): it runs off the event loop."""
+    meanwhile = held_check(monkeypatch)
+    ctx = make_ctx(root)
+    verdict, _ = await asyncio.gather(
+        judge("run_terminal_command", {"command": "git status"}, ctx), meanwhile()
+    )
+    assert verdict == "approve"
+    assert await judge("read_files", {"paths": ["a.txt"]}, ctx) == "approve"  # no thread
+
+
+async def test_an_auto_run_command_is_checked_again_while_the_host_answers_others(
+    root, monkeypatch
+):
+    meanwhile = held_check(monkeypatch)
+    ctx = make_ctx(root)
+    ctx.auto = True
+    result, _ = await asyncio.gather(
+        get_tool("run_terminal_command").run({"command": "git status"}, ctx), meanwhile()
+    )
+    assert result.status == "failed"  # approved with no plan: not run
+    assert "(the loop ran)" in result.body

@@ -18,7 +18,7 @@ from typing import Any
 from ..chat import ToolCall
 from ..chat.edits import describe, locate
 from ..tools.base import ToolResult
-from ..tools.policy import decide
+from ..tools.policy import judge
 from .context import CallContext
 from .execute import STRUCTURAL, CallExecutor, denied
 from .follow import TaskFollower
@@ -127,7 +127,7 @@ class CallChain:
             verdict = "ask"
             if not problem:
                 answer = await self.executor.ask_policy(call, ctx)
-                verdict = decide(call.tool, call.params or {}, ctx, answer)
+                verdict = await judge(call.tool, call.params or {}, ctx, answer)
             out.append(
                 {
                     "id": call.call_id or "",
@@ -213,13 +213,8 @@ class CallChain:
             call = snapshot.call_at(row)
             if call is None or call.start_row != row or call.call_id != tracked.call_id:
                 continue
-            explicit = True
-            if not call_problem(call):
-                ctx = self.executor.context(cwd, mirror.name, tracked.call_id)
-                answer = await self.executor.ask_policy(call, ctx)
-                explicit = decide(call.tool, call.params or {}, ctx, answer) != "approve"
             result = await self.executor.run(
-                tracked, cwd, explicit=explicit, found=(mirror, call), gate=gate
+                tracked, cwd, explicit=None, found=(mirror, call), gate=gate
             )
             gate = None
             if result is not None:
@@ -254,9 +249,8 @@ class CallChain:
             return None, None  # a broken call needs a person; its ✗ shows why
         mirror = await self.marks.mirror(buf)
         ctx = self.executor.context(cwd, mirror.name, call.call_id or "")
-        verdict = decide(
-            call.tool, call.params or {}, ctx, await self.executor.ask_policy(call, ctx)
-        )
+        answer = await self.executor.ask_policy(call, ctx)
+        verdict = await judge(call.tool, call.params or {}, ctx, answer)
         if verdict == "ask":
             return None, call
         tracked = await self.marks.prepare(buf, call)

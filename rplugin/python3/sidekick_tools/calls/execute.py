@@ -13,6 +13,7 @@ from typing import Any
 from .. import tools
 from ..chat import ToolCall
 from ..tools.base import ToolContext, ToolResult
+from ..tools.policy import judge
 from .context import CallContext
 from .marking import CallMarks, Found
 from .registry import Tracked
@@ -36,11 +37,14 @@ class CallExecutor:
         self,
         tracked: Tracked,
         cwd: str,
-        explicit: bool,
+        explicit: bool | None,
         found: Found | None = None,
         gate: asyncio.Future[None] | None = None,
     ) -> ToolResult | None:
         """Check, ask, run. The result to write, or None when nothing can be written.
+        `explicit`: the user runs the call (True), the policy does (False), or the
+        user does, but it runs as it would unasked where the policy approves it
+        (None: checked again, hardened, under the auto-run time limit).
         `found`: the call as already read, else it is looked up again.
         `gate`: the call starts working once it is done (see Host._run_request)."""
         found = found or await self.marks.find(tracked)
@@ -65,11 +69,11 @@ class CallExecutor:
             result.fields.setdefault("task", earlier.id)
             return result
         ctx = self.context(cwd, mirror.name, tracked.call_id)
-        if explicit:
+        answer = None
+        if explicit is not False:
             answer = await self.ask_policy(call, ctx)
             if answer == "deny":
                 return denied("denied by the auto-accept policy")
-        ctx.auto = not explicit  # approved by the policy, not run by the user's hand
         tool = tools.get_tool(call.tool)
         assert tool is not None  # call_problem checked it exists
         self.ctx.registry.state(tracked, "running", started_at=time.time())
@@ -77,6 +81,9 @@ class CallExecutor:
         # reply of the request that started the call (the gate opens once that
         # is sent), else on its own.
         await (gate if gate is not None else asyncio.sleep(0))
+        if explicit is None:  # as it would run unasked, when the policy approves it
+            explicit = await judge(call.tool, call.params or {}, ctx, answer) != "approve"
+        ctx.auto = not explicit  # approved by the policy, not run by the user's hand
         started = time.monotonic()
         try:
             result = await tool.run(call.params or {}, ctx)

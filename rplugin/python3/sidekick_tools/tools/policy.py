@@ -24,10 +24,16 @@
    A predicate that raises counts as false.
 
 Otherwise ``"ask"``: the call waits for the user (:SidekickRunTool).
+
+The host calls `judge`: the same answer, found away from its event loop where
+finding it may read the disk at length (a command's repository: every file of
+its git directory and an index of up to 256 MiB), so the editor's requests are
+answered meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from .base import ToolContext
@@ -64,3 +70,12 @@ def decide(
     except Exception:
         accepted = False
     return APPROVE if accepted else ASK
+
+
+async def judge(
+    tool_name: str, params: Any, ctx: ToolContext, policy_answer: str | None = None
+) -> str:
+    """`decide`, in a worker thread for a terminal command (the module docstring says why)."""
+    if tool_name == "run_terminal_command":
+        return await asyncio.to_thread(decide, tool_name, params, ctx, policy_answer)
+    return decide(tool_name, params, ctx, policy_answer)

@@ -7,6 +7,7 @@ once. ``async: false``: wait for the end. See DESIGN §7.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Callable
@@ -70,7 +71,7 @@ class RunTerminalCommand:
         if ctx.auto:
             # Run what the policy checked, checked again now (the text may have
             # changed since), under the auto-run time limit.
-            verdict = auto_verdict(params, ctx)
+            verdict = await asyncio.to_thread(auto_verdict, params, ctx)  # see policy.judge
             if verdict.plan is not None:
                 to_run = verdict.plan.shell
             elif not ctx.config.auto_accept.has_policy:
