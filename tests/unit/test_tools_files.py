@@ -522,3 +522,20 @@ async def test_replace_errors(root, ctx, setup, params, fragment):
     res = await REPLACE.run(params, ctx)
     assert res.status == "failed"
     assert fragment in res.body
+
+
+@pytest.mark.parametrize(
+    "tool, params",
+    [
+        (REPLACE, {"path": "notes.md", "old": "teh", "new": "the"}),
+        (WRITE, {"path": "notes.md", "content": "x"}),
+    ],
+)
+async def test_an_edit_of_a_fifo_is_refused_without_waiting_for_a_writer(root, ctx, tool, params):
+    """Opening a FIFO to read waits for a writer: replace_in_file sat "running"
+    for ever on one, and its chain with it. Nor does a write replace it."""
+    os.mkfifo(root / "notes.md")
+    res = await asyncio.wait_for(tool.run(params, ctx), 10)
+    assert res.status == "failed"
+    assert "notes.md: cannot " in res.body and "not a regular file" in res.body
+    assert stat.S_ISFIFO(os.lstat(root / "notes.md").st_mode)

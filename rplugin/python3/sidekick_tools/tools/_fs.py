@@ -1,13 +1,36 @@
-"""Path resolution, the "inside cwd" test, and atomic writes, shared by the file tools."""
+"""Path resolution, the "inside cwd" test, reads of regular files and atomic
+writes, shared by the file tools."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import stat
 
 
 class PathError(ValueError):
     """A path parameter that cannot name a file (e.g. it holds a NUL byte)."""
+
+
+class NotRegularFile(OSError):
+    """A FIFO, device or socket where a file tool expects a regular file."""
+
+    def __init__(self) -> None:
+        super().__init__("not a regular file")
+
+
+def read_regular(path: str, limit: int) -> tuple[bytes, int]:
+    """At most ``limit`` bytes of a regular file, and its size. Opened without
+    blocking, so that a FIFO cannot hold the call: IsADirectoryError for a
+    directory, NotRegularFile for anything else that is no regular file."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile()
+        return f.read(limit), st.st_size
 
 
 def resolve(path: str, cwd: str) -> str:
@@ -61,6 +84,8 @@ def atomic_write(target: str, data: bytes) -> int | None:
         old = os.stat(target)
     except FileNotFoundError:
         old = None
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        raise NotRegularFile()  # a FIFO or a device is not replaced by a file
 
     base = os.path.basename(target)
     while True:
@@ -107,6 +132,7 @@ _OS_ERRORS = (
     (IsADirectoryError, "is a directory"),
     (NotADirectoryError, "a parent of this path is not a directory"),
     (PermissionError, "permission denied"),
+    (NotRegularFile, "not a regular file"),
 )
 
 

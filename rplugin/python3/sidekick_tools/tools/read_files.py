@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import os
-import stat
 from typing import Any
 
 from . import _fs
@@ -75,23 +73,14 @@ def _read_one(shown: str, cwd: str, limit: int = MAX_FILE_BYTES) -> tuple[bool, 
     """(ok, text) for one path, at most `limit` bytes of it; text is the content
     or a bracketed error."""
     try:
-        path = _fs.resolve(shown, cwd)
-        # O_NONBLOCK: opening a FIFO must not hang; it is rejected just below.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if stat.S_ISDIR(st.st_mode):
-                return False, "[error: is a directory; use list_directory]"
-            if not stat.S_ISREG(st.st_mode):
-                return False, "[error: not a regular file]"
-            data = f.read(limit)
+        data, size = _fs.read_regular(_fs.resolve(shown, cwd), limit)
     except _fs.PathError as e:
         return False, f"[error: {e}]"
     except IsADirectoryError:
         return False, "[error: is a directory; use list_directory]"
     except OSError as e:
         return False, f"[error: {_fs.describe_os_error(e)}]"
-    return True, _render(data, st.st_size)
+    return True, _render(data, size)
 
 
 def _render(data: bytes, size: int) -> str:

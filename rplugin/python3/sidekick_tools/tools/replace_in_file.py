@@ -36,8 +36,7 @@ class ReplaceInFile(PathTool):
 def replace(shown: str, old: str, new: str, cwd: str) -> ToolResult:
     try:
         path = _fs.resolve(shown, cwd)
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+        raw, _size = _fs.read_regular(path, MAX_FILE_BYTES + 1)
     except _fs.PathError as e:
         return ToolResult.fail(f"{shown}: {e}")
     except OSError as e:
