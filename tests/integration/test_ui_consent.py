@@ -244,3 +244,55 @@ def test_run_tools_runs_only_the_calls_the_question_named(editor):
     wait_for(lambda: editor.text().count("```result id=") == 2)
     assert "```result id=late" not in editor.text()
     assert not (editor.workdir / "late.txt").exists()
+
+
+RACE = (
+    "local st, lnum = require('sidekick_tools'), ...\n"
+    "local first = st.{first}(0, lnum{arg})\n"
+    "local ran, run_all = st.run_tools(0, {{ confirm = false }})\n"
+    "{more}"
+    "return {{ first = first or vim.NIL, ran = ran or vim.NIL, run_all = run_all, {back} }}"
+)
+
+
+def test_a_call_denied_a_moment_ago_is_not_run_before_its_denial_is_written(editor):
+    """A denial is written a moment after :SidekickDeny answers; meanwhile the
+    block still looks pending. The burst `<Space>sd:SidekickRunTools!` ran the
+    denied command there, and its result replaced the denial."""
+    editor.setup()
+    marker = editor.workdir / "ran"
+    editor.open_chat(
+        chat(call_block("run_terminal_command", {"command": f"touch '{marker}'"}, "d1"))
+    )
+    out = editor.lua(RACE.format(first="deny", arg=", 'no'", more="", back=""), HEADER_ROW + 1)
+    assert out["first"] == {"id": "d1", "tool": "run_terminal_command"}
+    assert out["ran"] is None  # nothing ran; either the denial was still on its way, or in
+    assert out["run_all"] in (
+        "sidekick_tools: no pending call can run: d1 already runs or was denied; "
+        "its result is coming",
+        "sidekick_tools: no pending tool call in the last assistant message",
+    )
+    editor.wait_text("```result id=d1 status=denied reason=user\nno\n```")
+    editor.wait_diag(HEADER_ROW, "⊘ run_terminal_command")
+    assert not marker.exists()
+
+
+def test_a_call_started_a_moment_ago_is_neither_run_again_nor_denied(editor):
+    editor.setup()
+    go = editor.workdir / "go"
+    cmd = f"echo once >> runs.txt; while [ ! -e '{go}' ]; do sleep 0.02; done"
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": cmd}, "r1")))
+    more = "local _, run_one = st.run_tool(0, lnum)\nlocal _, deny = st.deny(0, lnum)\n"
+    lua = RACE.format(first="run_tool", arg="", more=more, back="run_one = run_one, deny = deny")
+    out = editor.lua(lua, HEADER_ROW + 1)
+    assert out["first"] == {"id": "r1", "tool": "run_terminal_command"}
+    assert out["ran"] is None
+    assert out["run_all"] == (
+        "sidekick_tools: no pending call can run: r1 already runs or was denied; "
+        "its result is coming"
+    )
+    for what in ("run_one", "deny"):
+        assert out[what].startswith("sidekick_tools: r1 is already running"), what
+    go.write_text("")
+    editor.wait_text("```result id=r1 status=completed exit=0")
+    assert (editor.workdir / "runs.txt").read_text() == "once\n"

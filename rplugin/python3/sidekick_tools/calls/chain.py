@@ -44,7 +44,7 @@ class CallChain:
         self, buf: int, row: int, cwd: str, gate: asyncio.Future[None] | None = None
     ) -> dict[str, Any]:
         mirror, call = await self.marks.call_at(buf, row, "of an ASSISTANT message")
-        self.marks.refuse_live(buf, call)
+        self.marks.refuse_busy(buf, call)
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
             raise UserError("sidekick_tools: the tool call changed while starting; try again")
@@ -76,16 +76,24 @@ class CallChain:
         if not pending:
             raise UserError("sidekick_tools: no pending tool call in the last assistant message")
         chosen: list[tuple[Tracked, int]] = []  # each call with its header's row
-        broken = []
+        broken, busy = [], []
         for call in pending:
             if call.error and call.error.startswith(STRUCTURAL):
                 broken.append(call)  # no block can be told apart from another
+                continue
+            if self.marks.busy(buf, call):
+                busy.append(call)  # started or denied a moment ago: its result is coming
                 continue
             tracked = await self.marks.prepare(buf, call)  # an id added keeps the row
             if tracked is not None:
                 chosen.append((tracked, call.start_row))
         if not chosen:
-            problem = broken[0].error if broken else "they changed while starting"
+            if broken:
+                problem = broken[0].error
+            elif busy:
+                problem = f"{busy[0].call_id} already runs or was denied; its result is coming"
+            else:
+                problem = "they changed while starting"
             raise UserError(f"sidekick_tools: no pending call can run: {problem}")
         self.spawn(self._run_tracked(buf, chosen, cwd, gate))
         return {"count": len(chosen), "ids": [t.call_id for t, _ in chosen]}
@@ -102,7 +110,7 @@ class CallChain:
                 "mean with :SidekickRunTool on it"
             )
         call = blocks[0]
-        self.marks.refuse_live(buf, call)
+        self.marks.refuse_busy(buf, call)
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
             raise UserError("sidekick_tools: the tool call changed while starting; try again")
@@ -149,11 +157,12 @@ class CallChain:
                 f"sidekick_tools: {call.call_id} already has a result "
                 f"(status={call.result.status}); only a pending call can be denied"
             )
+        self.marks.refuse_busy(buf, call)
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
             raise UserError("sidekick_tools: the tool call changed while denying; try again")
         text = " ".join(reason.split()) or "The user denied this call."
-        self.spawn(self.writer.write(tracked, denied(text, by="user")))
+        self.spawn(self.answer(tracked, denied(text, by="user")))
         return {"id": tracked.call_id, "tool": tracked.tool}
 
     # -- the chain ----------------------------------------------------------------------
@@ -210,6 +219,8 @@ class CallChain:
         mirror = await self.marks.mirror(buf)
         snapshot = mirror.chat()  # the calls as they were when the user asked
         for tracked, row in chosen:
+            if self.ctx.registry.live(tracked) is None:
+                continue  # denied (or run on its own) meanwhile: followed anew, not ours
             call = snapshot.call_at(row)
             if call is None or call.start_row != row or call.call_id != tracked.call_id:
                 continue
@@ -245,21 +256,29 @@ class CallChain:
     ) -> tuple[Tracked | None, ToolCall | None]:
         """`call`, followed, when the policy approves it (one it denies gets its
         denied result and the next call is tried); else the call to ask about."""
-        if call_problem(call):
-            return None, None  # a broken call needs a person; its ✗ shows why
+        if call_problem(call) or self.marks.busy(buf, call):
+            return None, None  # a broken call needs a person (its ✗ shows why); a busy one runs
         mirror = await self.marks.mirror(buf)
         ctx = self.executor.context(cwd, mirror.name, call.call_id or "")
         answer = await self.executor.ask_policy(call, ctx)
         verdict = await judge(call.tool, call.params or {}, ctx, answer)
         if verdict == "ask":
             return None, call
+        if self.marks.busy(buf, call):  # the user ran or denied it meanwhile
+            return None, None
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
             return None, None
         if verdict == "deny":
-            await self.writer.write(tracked, denied("denied by the auto-accept policy"))
+            await self.answer(tracked, denied("denied by the auto-accept policy"))
             return await self._next_auto(tracked, cwd)
         return tracked, None
+
+    def answer(self, tracked: Tracked, result: ToolResult) -> asyncio.Future[bool]:
+        """Write a call's answer without running it (a denial): until it is in the
+        buffer, the call is not started or denied again."""
+        tracked.answering = True
+        return self.writer.write(tracked, result)
 
     async def deliver(self, tracked: Tracked, result: ToolResult) -> None:
         """Write the result; a `running` one makes the call follow its task."""

@@ -202,6 +202,8 @@ class ChatLoop:
         calls = _unanswered(mirror.chat())
         waits = []
         for call in calls:
+            if self.chain.marks.busy(buf, call):
+                continue  # it runs (or was denied a moment ago): its own result comes
             tracked = await self.chain.marks.prepare(buf, call)
             if tracked is not None:
                 result = ToolResult(
@@ -209,7 +211,7 @@ class ChatLoop:
                     body="Not run: the user replied instead.",
                     fields={"reason": "user"},
                 )
-                waits.append(self.writer.write(tracked, result))
+                waits.append(self.chain.answer(tracked, result))
         if waits:
             await asyncio.gather(*waits)
 

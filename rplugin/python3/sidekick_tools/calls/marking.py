@@ -49,13 +49,22 @@ class CallMarks:
             )
         return mirror, call
 
-    def refuse_live(self, buf: int, call: ToolCall) -> None:
+    def busy(self, buf: int, call: ToolCall) -> Tracked | None:
+        """The call's follower, when the call runs or its answer is on its way
+        (a pending block, for a moment): it must not start again, nor be denied."""
         tracked = self.ctx.registry.get(buf, call.call_id or "")
-        if tracked and tracked.live:
-            what = f" as task {tracked.token}" if tracked.token else ""
-            raise UserError(
-                f"sidekick_tools: {call.call_id} is already running{what}; :SidekickHalt stops it"
-            )
+        return tracked if tracked is not None and tracked.busy else None
+
+    def refuse_busy(self, buf: int, call: ToolCall) -> None:
+        tracked = self.busy(buf, call)
+        if tracked is None:
+            return
+        if tracked.answering:
+            raise UserError(f"sidekick_tools: {call.call_id} is already denied")
+        what = f" as task {tracked.token}" if tracked.token else ""
+        raise UserError(
+            f"sidekick_tools: {call.call_id} is already running{what}; :SidekickHalt stops it"
+        )
 
     async def prepare(self, buf: int, call: ToolCall) -> Tracked | None:
         """Give the call an id (if hand-written without one) and an extmark; follow it."""

@@ -29,11 +29,13 @@ class Tracked:
     token: str | None = None
     background: bool = False  # its result block says running; the task ends later
     finishing: bool = False  # its background task ended; the final block is being written
+    answering: bool = False  # its answer (a denial) is on its way to the buffer
     done: bool = False
 
     @property
-    def live(self) -> bool:
-        return self.state in ACTIVE and not self.done
+    def busy(self) -> bool:
+        """Running, or answered and not yet written: not to be started or denied again."""
+        return (self.state in ACTIVE or self.answering) and not self.done
 
 
 class CallRegistry:
