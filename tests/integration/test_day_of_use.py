@@ -199,3 +199,24 @@ def test_a_scanned_state_is_never_drawn_on_a_row_its_call_left(editor):
         buf,
     )
     assert got == [[4, 8], [4]]  # c5 moved down three rows: not drawn on the result's row
+
+
+def test_undo_after_a_reload_shows_a_call_whose_result_went_as_pending(editor):
+    """`:e!` then `u` `u`: the result block is gone, and the call is pending again
+    (▶), not left with the ✓ it had before. (Neovim stops sending a buffer's
+    changes when an undo goes back past a reload, and says so only then.)"""
+    editor.setup()
+    editor.open_chat(HEAD + call("e1", "echo hi"))
+    editor.run_tool(ROW + 1)
+    editor.wait_text("```result id=e1 status=completed")
+    editor.wait_diag(ROW, "✓ run_terminal_command")
+    editor.nvim.command("write")
+    editor.nvim.command("edit!")
+    editor.wait_diag(ROW, "✓ run_terminal_command")
+    editor.nvim.command("undo")
+    editor.nvim.command("undo")
+    assert "```result id=e1" not in editor.text()
+    editor.wait_diag(ROW, "▶ run_terminal_command")
+    editor.run_tool(ROW + 1)  # the host sees the text as it is now, and writes to it
+    editor.wait_text("```result id=e1 status=completed")
+    assert editor.text().count("```result id=e1") == 1

@@ -35,6 +35,8 @@ class NvimPort:
         self.mirrors: dict[int, BufferMirror] = {}
         # buffers between nvim_buf_attach and their snapshot: events seen meanwhile
         self._attaching: dict[int, list[list[Any]]] = {}
+        self._detached: set[int] = set()  # detached while attaching: attached again
+        self._watching: set[asyncio.Future[Any]] = set()
         self.on_buffer_change: Any = None  # callback(buf, first, last) set by the host
 
     # -- requests -----------------------------------------------------------
@@ -106,15 +108,22 @@ class NvimPort:
         mirror = self.mirrors.get(buf)
         if mirror is not None and mirror.tick is not None:
             return mirror
-        if mirror is None:
-            self._attaching[buf] = []
-            if not await self.call("nvim_buf_attach", buf, False, {}):
-                self._attaching.pop(buf, None)
-                return None
+        for _ in range(3):
+            if mirror is None:
+                self._attaching[buf] = []
+                self._detached.discard(buf)
+                if not await self.call("nvim_buf_attach", buf, False, {}):
+                    self._attaching.pop(buf, None)
+                    return None
+            else:
+                self._attaching[buf] = []
+            snap = await self.lua("return require('sidekick_tools.bridge').snapshot(...)", buf)
+            early = self._attaching.pop(buf, [])
+            if buf not in self._detached:
+                break
+            mirror = None  # detached before the snapshot came: attach again
         else:
-            self._attaching[buf] = []
-        snap = await self.lua("return require('sidekick_tools.bridge').snapshot(...)", buf)
-        early = self._attaching.pop(buf, [])
+            return None
         if not snap:
             self.mirrors.pop(buf, None)
             return None
@@ -147,9 +156,31 @@ class NvimPort:
                 mirror.on_tick(tick)
             return True
         if name == "nvim_buf_detach_event":
-            self.mirrors.pop(_bufnr(args[0]), None)
+            buf = _bufnr(args[0])
+            if self.mirrors.pop(buf, None) is not None:
+                self._watch_again(buf)
+            if buf in self._attaching:
+                self._detached.add(buf)
             return True
         return False
+
+    def _watch_again(self, buf: int) -> None:
+        """Neovim stops a buffer's updates when it reloads it (:e!, :checktime),
+        and again when an undo goes back past that reload, with no read event
+        after it: a buffer still loaded is mirrored again, and looked at anew."""
+
+        async def again() -> None:
+            try:
+                mirror = await self.mirror(buf)
+            except Exception as exc:  # wiped meanwhile: nothing to watch
+                log.info("buffer %d is no longer there to watch: %s", buf, exc)
+                return
+            if mirror is not None and self.on_buffer_change:
+                self.on_buffer_change(buf, 0, -1)
+
+        fut = asyncio.ensure_future(again())
+        self._watching.add(fut)
+        fut.add_done_callback(self._watching.discard)
 
     async def apply(
         self,
