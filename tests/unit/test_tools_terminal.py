@@ -706,9 +706,9 @@ def test_result_from_task_reads_bytes_it_never_holds_all_of(tmp_path):
     log = tmp_path / "log"
     log.mkdir()
     with open(log / "stdout", "wb") as f:
-        f.truncate(20 << 20)
-        f.seek(0, os.SEEK_END)
-        f.write(b"\nlast line\n")
+        f.truncate(20 << 20)  # a hole: it reads as NULs, but for the text at its end
+        f.seek(-2 * rtc.TAIL_BYTES, os.SEEK_END)
+        f.write(b"text\n" * (2 * rtc.TAIL_BYTES // 5) + b"\nlast line\n")
     (log / "stderr").write_bytes(b"")
     task = Task(
         id="big",
@@ -727,3 +727,17 @@ def test_result_from_task_reads_bytes_it_never_holds_all_of(tmp_path):
 def test_result_from_task_for_a_running_task(tmp_path):
     res = rtc.result_from_task(Task(id="r1", status=Status.RUNNING))
     assert res.status == "running" and res.fields == {"task": "r1"}
+
+
+def test_binary_output_is_named_by_the_logs_own_size(tmp_path):
+    """Invalid UTF-8 grew into three bytes a character once decoded: 10 bytes of
+    output were named "26 bytes"; a long binary log was named by its tail only."""
+    odd = b"\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8\x00\x00"
+    res = rtc.result_from_task(_task(tmp_path, odd, b"warning: odd\n"))
+    path = os.path.join(tmp_path, "log", "stdout")
+    assert res.body == (
+        f"[binary output: 10 bytes not shown; full log: {path}]\n[stderr]\nwarning: odd"
+    )
+    big = os.urandom(5000).replace(b"\n", b"\x00")
+    res = rtc.result_from_task(_task(tmp_path, big), tail_bytes=1000)
+    assert res.body == f"[binary output: 5000 bytes not shown; full log: {path}]"

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..chat.render import STDERR_MARK
 from ..tasks.manager import TaskSpec
+from ..text import is_binary
 from . import _fs, _tasks, command_policy, command_table
 from ._tasks import TERMINAL
 from .base import ToolContext, ToolResult
@@ -240,6 +241,8 @@ def _tail(log_dir: Any, name: str, limit: int) -> str:
         cut_line = 0 <= nl < 4096
         data = data[nl + 1 :] if cut_line else data.lstrip(bytes(range(0x80, 0xC0)))
         note = f"[... {size - len(data)} earlier bytes not shown; full log: {path}]\n"
+    if is_binary(data):  # named by the log's own size, before any decoding
+        return f"[binary output: {size} bytes not shown; full log: {path}]"
     text = data.decode("utf-8", errors="replace")
     if text.endswith("\n"):
         text = text[:-1]
