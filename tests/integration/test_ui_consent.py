@@ -296,3 +296,26 @@ def test_a_call_started_a_moment_ago_is_neither_run_again_nor_denied(editor):
     go.write_text("")
     editor.wait_text("```result id=r1 status=completed exit=0")
     assert (editor.workdir / "runs.txt").read_text() == "once\n"
+
+
+def test_the_question_says_where_a_write_really_goes(editor):
+    """A link the project carries sends a write outside it: the question says so."""
+    outside = editor.workdir.parent / "home"
+    outside.mkdir()
+    (editor.workdir / "docs").mkdir()
+    (editor.workdir / "docs" / "CHANGELOG.md").symlink_to(outside / ".bashrc")
+    editor.setup()
+    screen = Screen(editor)
+    editor.open_chat(
+        chat(
+            call_block("write_file", {"path": "docs/CHANGELOG.md", "content": "x"}, "w"),
+            call_block("run_terminal_command", {"command": "ls\u00a0-la"}, "nb"),
+        )
+    )
+    editor.nvim.input(":SidekickRunTools\r")
+    dialog = screen.dialog(1)
+    assert f"[outside the working directory: {outside / '.bashrc'}]" in dialog
+    assert "ls<U+00A0>-la" in dialog
+    editor.nvim.input("c")
+    wait_for(lambda: [n for n in editor.notifications() if "nothing was run" in n])
+    assert not (outside / ".bashrc").exists()

@@ -418,3 +418,13 @@ def test_a_question_about_a_call_always_shows_where_it_acts():
     assert describe(_call("run_terminal_command", {"command": "ls"})) == "ls"
     paths = describe(_call("read_files", {"paths": ["a", "../b"]}))
     assert paths == 'paths=["a", "../b"]'
+
+
+def test_a_question_shows_what_the_eye_would_not_see():
+    """A no-break space made `ls<NBSP>-la` read as `ls -la` in a consent question."""
+    assert describe(_call("run_terminal_command", {"command": "ls\u00a0-la"})) == "ls<U+00A0>-la"
+    assert describe(_call("run_terminal_command", {"command": "a\u200bb\n\tc  d"})) == (
+        "a<U+200B>b c d"
+    )
+    line = describe(_call("write_file", {"content": "x", "path": "docs/\u202eexe.md"}))
+    assert line == '{"content": "x"} (path="docs/<U+202E>exe.md")'

@@ -9,7 +9,7 @@ import pytest
 from sidekick_tools.config import AgentConfig, Config
 from sidekick_tools.tools import REGISTRY, Tool, check_call, command_policy, get_tool
 from sidekick_tools.tools.base import ToolContext, ToolResult
-from sidekick_tools.tools.policy import decide, judge
+from sidekick_tools.tools.policy import decide, judge, outside_note
 from sidekick_tools.tools.schema import validate
 
 FIVE = {"run_terminal_command", "read_files", "list_directory", "write_file", "replace_in_file"}
@@ -313,3 +313,20 @@ async def test_an_auto_run_command_is_checked_again_while_the_host_answers_other
     )
     assert result.status == "failed"  # approved with no plan: not run
     assert "(the loop ran)" in result.body
+
+
+def test_a_question_names_where_a_path_really_leads_outside(root):
+    """A symlink the repository carries (docs/CHANGELOG.md -> ~/.bashrc) made a
+    write outside look like one inside."""
+    outside = root.parent / "outside"
+    (root / "docs").mkdir()
+    (root / "docs" / "CHANGELOG.md").symlink_to(outside / ".bashrc")
+    cwd = str(root)
+    note = outside_note({"path": "docs/CHANGELOG.md", "content": "x"}, cwd)
+    assert note == f" [outside the working directory: {outside / '.bashrc'}]"
+    assert outside_note({"path": "a.txt"}, cwd) == ""
+    assert outside_note({"paths": ["a.txt", "../outside/x", "escape/y"]}, cwd) == (
+        f" [outside the working directory: {outside / 'x'}, {outside / 'y'}]"
+    )
+    assert outside_note({"command": "ls", "cwd": "/"}, cwd) == " [outside the working directory: /]"
+    assert outside_note({"paths": "../x"}, cwd) == outside_note(None, cwd) == ""

@@ -18,7 +18,7 @@ from typing import Any
 from ..chat import ToolCall
 from ..chat.edits import describe, locate
 from ..tools.base import ToolResult
-from ..tools.policy import judge
+from ..tools.policy import judge, outside_note
 from .context import CallContext
 from .execute import STRUCTURAL, CallExecutor, denied
 from .follow import TaskFollower
@@ -142,7 +142,7 @@ class CallChain:
                     "tool": call.tool,
                     "row": call.start_row,
                     "verdict": verdict,
-                    "what": describe(call),
+                    "what": describe(call) + outside_note(call.params, cwd),
                     "problem": problem or None,
                 }
             )

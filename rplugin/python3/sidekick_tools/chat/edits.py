@@ -7,6 +7,7 @@ buffer as parsed. The caller applies several bottom-up in one change.
 from __future__ import annotations
 
 import json
+import re
 
 from .parser import Chat, ToolCall
 from .render import is_notice
@@ -65,6 +66,20 @@ def locate(chat: Chat, call_id: str, row: int) -> ToolCall | None:
 _WHERE = ("path", "paths", "cwd")
 
 
+_ASCII_SPACE = re.compile(r"[ \t\r\n]+")
+
+
+def visible(text: str) -> str:
+    """`text` on one line, as a person must read it to judge it: runs of plain
+    spaces, tabs and newlines become one space; any other space or invisible
+    character shows as its code (`ls<U+00A0>-la` is not `ls -la`)."""
+    text = _ASCII_SPACE.sub(" ", text).strip()
+    return "".join(
+        c if c == " " or (c.isprintable() and not c.isspace()) else f"<U+{ord(c):04X}>"
+        for c in text
+    )
+
+
 def describe(call: ToolCall, limit: int = 120) -> str:
     """One line naming what a call would do: a command, an agent's message, or
     its parameters, cut to `limit`; then, never cut, where it acts (its path,
@@ -79,11 +94,11 @@ def describe(call: ToolCall, limit: int = 120) -> str:
         text = json.dumps(rest, ensure_ascii=False) if rest else ""
     else:
         text = call.body
-    text = " ".join(str(text).split())
+    text = visible(str(text))
     where = " ".join(
         f"{key}={json.dumps(params[key], ensure_ascii=False)}" for key in _WHERE if key in params
     )
-    where = " ".join(where.split())
+    where = visible(where)
     if not where:
         return text if len(text) <= limit else text[: limit - 1] + "…"
     room = max(20, limit - len(where) - 3)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from . import _fs
 from .base import ToolContext
 
 APPROVE = "approve"
@@ -79,3 +80,21 @@ async def judge(
     if tool_name == "run_terminal_command":
         return await asyncio.to_thread(decide, tool_name, params, ctx, policy_answer)
     return decide(tool_name, params, ctx, policy_answer)
+
+
+def outside_note(params: Any, cwd: str) -> str:
+    """For a consent question: where a call's ``path``, ``paths`` or ``cwd``
+    really leads when that is outside ``cwd`` (through ``..``, an absolute path
+    or a symlink in the project), else ""."""
+    if not isinstance(params, dict):
+        return ""
+    paths = params.get("paths")
+    named = [params.get("path"), params.get("cwd"), *(paths if isinstance(paths, list) else [])]
+    out = []
+    for path in named:
+        if isinstance(path, str) and path and not _fs.is_inside(path, cwd):
+            try:
+                out.append(_fs.real(path, cwd))
+            except (ValueError, OSError):  # a PathError is a ValueError
+                out.append(path)
+    return f" [outside the working directory: {', '.join(out)}]" if out else ""
