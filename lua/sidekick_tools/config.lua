@@ -80,7 +80,8 @@ M.options = {
     "state_dir",
     vim.NIL,
     { "string", "nil" },
-    'Task store and logs; nil: stdpath("state")/sidekick_tools',
+    'Task store and logs; nil: stdpath("state")/sidekick_tools. One that cannot be created '
+      .. "or written is said once by setup(), and tasks are kept in memory",
   },
   {
     "tasks.store",
@@ -538,7 +539,8 @@ function M.mcp_settings()
 end
 
 --- Write mcp.json (dir 0700, file 0600) when its content changed. Returns the
---- path, or nil and the reason it could not be written.
+--- path, or nil and the reason it could not be written (the OS error); never
+--- an error.
 ---@return string|nil path, string|nil err
 function M.write_mcp_settings()
   local uv = vim.uv or vim.loop
@@ -554,8 +556,9 @@ function M.write_mcp_settings()
       return path
     end
   end
-  if vim.fn.isdirectory(dir) == 0 and vim.fn.mkdir(dir, "p", 448) == 0 then
-    return nil, "cannot create " .. dir
+  local made, dir_err = require("sidekick_tools.directory").make(dir)
+  if not made then
+    return nil, dir_err
   end
   local tmp = string.format("%s.%d.tmp", path, vim.fn.getpid())
   local out, err = uv.fs_open(tmp, "w", 384)

@@ -48,10 +48,20 @@ function M.setup(opts)
   for _, conflict in ipairs(require("sidekick_tools.keymaps").conflicts()) do
     vim.notify(conflict, vim.log.levels.WARN)
   end
-  -- the MCP server reads the settings it shares with the editor from this file
-  local _, write_err = config.write_mcp_settings()
-  if write_err then
-    vim.notify("sidekick_tools: cannot write mcp.json: " .. write_err, vim.log.levels.WARN)
+  -- the MCP server reads the settings it shares with the editor from this file;
+  -- a state_dir that cannot be used is said here, and setup() goes on (the host
+  -- then keeps the tasks in memory)
+  local ok, path, write_err = pcall(config.write_mcp_settings)
+  if not (ok and path) then
+    vim.notify(
+      string.format(
+        "sidekick_tools: state_dir %s cannot be used: %s (mcp.json is not written; "
+          .. "tasks will be kept in memory)",
+        config.state_dir(),
+        tostring(ok and write_err or path)
+      ),
+      vim.log.levels.WARN
+    )
   end
   if package.loaded["sidekick_tools.client"] then
     require("sidekick_tools.consumers").configure()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 
 import pytest
 
@@ -87,6 +88,31 @@ def test_a_read_only_state_dir_falls_back_with_one_message(editor, tmpfs):
     assert str(state) in notes[0] and "memory" in notes[0]
     log_path = editor.lua("return require('sidekick_tools').list_tasks()")[0]["log_path"]
     assert not log_path.startswith(str(state)) and log_path.split("/tasks/")[0] in notes[0]
+
+
+@pytest.mark.parametrize("kind", ["cannot be created", "is a file"])
+def test_an_unusable_state_dir_is_said_by_setup_which_goes_on(editor, kind):
+    if kind == "is a file":
+        state = editor.workdir / "state-file"
+        state.write_text("not a directory\n")
+        reason = "ENOTDIR: not a directory"
+    else:
+        state = "/proc/sidekick_state"  # no directory can be made under /proc, even by root
+        reason = "ENOENT: no such file or directory"
+    # as in an init.lua: what follows setup() runs
+    editor.lua(
+        "require('sidekick_tools').setup(...)\n_G.__after_setup = true",
+        {"python": sys.executable, "state_dir": str(state)},
+    )
+    assert editor.lua("return _G.__after_setup") is True
+    notes = editor.notifications()
+    assert len(notes) == 1, notes
+    assert notes[0].startswith(f"sidekick_tools: state_dir {state} cannot be used: {reason}")
+    assert "memory" in notes[0]
+    # commands work, with the tasks in memory
+    editor.open_chat(HEAD + call("r", command="echo works"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=r status=completed exit=0")
 
 
 def test_a_full_disk_ends_the_task_with_its_status(editor, tmpfs):
