@@ -80,8 +80,22 @@ function M.of_buffer(buf)
   return chat_options().model, "chat.model"
 end
 
---- Show the model of chat `buf`.
+local NOT_A_CHAT = "sidekick_tools: this buffer is not a chat (a *.sidekick.md file)"
+
+--- Show the model of chat `buf`; of another buffer: that it is no chat, and
+--- the model a new one (:SidekickChat) would use.
 function M.show(buf)
+  if not require("sidekick_tools.chats").is_chat(buf) then
+    vim.notify(
+      string.format(
+        "%s; :SidekickChat opens one using %s (chat.model)",
+        NOT_A_CHAT,
+        chat_options().model
+      ),
+      vim.log.levels.WARN
+    )
+    return
+  end
   local spec, source = M.of_buffer(buf)
   local where = source == "front matter" and "from this chat's front matter"
     or "chat.model: this chat's front matter names no model"
@@ -94,11 +108,15 @@ function M.show(buf)
   end
 end
 
---- Set the model of chat `buf` in its front matter (one undo step). A model
---- that names no configured provider is refused: an error.
+--- Set the model of chat `buf` in its front matter (one undo step). A buffer
+--- that is not a chat, or a model that names no configured provider, is
+--- refused: an error.
 ---@param buf integer
 ---@param spec string
 function M.set(buf, spec)
+  if not require("sidekick_tools.chats").is_chat(buf) then
+    error(NOT_A_CHAT .. ": :SidekickModel sets a chat's model; nothing was changed", 0)
+  end
   spec = vim.trim(spec)
   local problem = M.problem(spec)
   if problem then

@@ -295,3 +295,26 @@ def test_sidekick_model_refuses_an_unknown_provider(editor, fake):
     said = errors(editor)[-1]
     assert 'no provider "elsewhere"' in said and "configured: fake, local" in said
     assert editor.lines() == ["USER: hi"]
+
+
+@pytest.mark.parametrize("name", ["hello.py", "notes.md"])
+def test_sidekick_model_leaves_a_buffer_that_is_not_a_chat_alone(editor, fake, name):
+    setup(editor, fake)
+    path = editor.workdir / name
+    path.write_text("print('hello')\n")
+    editor.nvim.command(f"edit {path}")
+    editor.nvim.command("SidekickModel fake/small")
+    assert editor.lines() == ["print('hello')"]
+    assert editor.lua("return vim.bo.modified") is False
+    said = errors(editor)
+    assert len(said) == 1, said
+    assert said[0].startswith("sidekick_tools: this buffer is not a chat (a *.sidekick.md file)")
+    assert "nothing was changed" in said[0] and "now uses" not in said[0]
+    # without a model: no chat here, and what a new one would use
+    editor.nvim.command("SidekickModel")
+    said = errors(editor)
+    assert len(said) == 2, said
+    assert said[1] == (
+        "sidekick_tools: this buffer is not a chat (a *.sidekick.md file); "
+        ":SidekickChat opens one using fake/test-model (chat.model)"
+    )
