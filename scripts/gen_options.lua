@@ -118,16 +118,27 @@ local function inline(value)
   return vim.inspect(value, { newline = " ", indent = "" })
 end
 
-local function types_text(types)
-  return type(types) == "table" and table.concat(types, " or ") or types
+--- "string or nil", "whole number, at least 1": what the option accepts.
+local function types_text(opt)
+  local types = opt[3]
+  local text = type(types) == "table" and table.concat(types, " or ") or types
+  if opt.integer then
+    text = text:gsub("number", "whole number")
+  end
+  if opt.min then
+    text = text .. ", at least " .. opt.min
+  end
+  return text
 end
 
 local INTRO = {
   "Options of |sidekick_tools.setup()|, as nested tables: `tasks.max_concurrent`",
   "is `setup({ tasks = { max_concurrent = 3 } })`. Times are in seconds. A",
   "wrong type or value is reported by `setup()` with the option's name; what",
-  "you leave out keeps its default. Keymap options take a key, `false` (none),",
-  "and in the windows also a list of keys (|sidekick_tools-keymaps|).",
+  "you leave out keeps its default. A name that is no option (a typo, an",
+  "option of another version) is ignored, with one warning naming it. Keymap",
+  "options take a key, `false` (none), and in the windows also a list of keys",
+  "(|sidekick_tools-keymaps|).",
   "",
   "This list is generated from the one declaration of every option",
   "(lua/sidekick_tools/config.lua) by `nvim -l scripts/gen_options.lua`.",
@@ -138,7 +149,7 @@ local function help_section()
   for _, opt in ipairs(config.options) do
     local path, default, types, desc = opt[1], opt[2], opt[3], opt[4]
     desc = desc:gsub(":h ([%w_.-]+)", "|%1|") .. "."
-    local head = string.format("`%s` (%s)", path, types_text(types))
+    local head = string.format("`%s` (%s)", path, types_text(opt))
     local shown = inline(default)
     table.insert(lines, "")
     if #head + #shown + 14 <= WIDTH then

@@ -1,5 +1,8 @@
 -- Every option declared once: path, default, accepted types, description, and
--- optionally the values it may take (`one_of`) or a `check` of its value.
+-- optionally the values it may take (`one_of`), the least number (`min`), that
+-- a number is whole (`integer`), or a `check` of its value. A name setup() is
+-- given that is neither an option nor a table of options is warned about; an
+-- option of type table (agents, chat.providers, ...) holds the user's own names.
 -- Validation, the option list in :h sidekick_tools-config and the Python host's
 -- defaults (rplugin/python3/sidekick_tools/defaults.json) all come from this
 -- table; `nvim -l scripts/gen_options.lua` writes the last two.
@@ -11,6 +14,8 @@ local M = {}
 ---@field [3] string|string[] accepted type(s)
 ---@field [4] string description
 ---@field one_of string[]|nil the values accepted
+---@field min number|nil the least value accepted (a number)
+---@field integer boolean|nil a number must be whole
 ---@field check (fun(value: any): string|nil)|nil what is wrong with a value, nil when fine
 
 local function agents_check(agents)
@@ -64,6 +69,15 @@ local function providers_check(providers)
   end
 end
 
+local function model_check(spec)
+  if not spec:match("^[^/%s]+/%S+$") then
+    return string.format(
+      'chat.model must be provider/model, such as "anthropic/claude-sonnet-4-5", got %s',
+      vim.inspect(spec)
+    )
+  end
+end
+
 local KEY = { "string", "boolean" } -- a key, or false for none
 local KEYS = { "string", "table", "boolean" } -- a key, a list of keys, or false
 
@@ -91,31 +105,67 @@ M.options = {
       .. "is said, and the memory store used",
     one_of = { "sqlite", "memory" },
   },
-  { "tasks.max_concurrent", 5, "number", "Tasks running at once; more wait queued" },
+  {
+    "tasks.max_concurrent",
+    5,
+    "number",
+    "Tasks running at once; more wait queued",
+    min = 1,
+    integer = true,
+  },
   {
     "tasks.hybrid_threshold",
     10,
     "number",
     "Seconds a call waits before its task goes to the background",
+    min = 0,
   },
   { "tasks.default_timeout", 1800, "number", "Seconds before a task is killed (reason=timeout)" },
-  { "tasks.await_timeout", 55, "number", "Upper bound of one await_task wait, seconds" },
-  { "tasks.halt_grace", 5, "number", "Seconds between SIGTERM and SIGKILL when halting" },
+  {
+    "tasks.await_timeout",
+    55,
+    "number",
+    "Upper bound of one await_task wait, seconds",
+    min = 0,
+  },
+  {
+    "tasks.halt_grace",
+    5,
+    "number",
+    "Seconds between SIGTERM and SIGKILL when halting",
+    min = 0,
+  },
   { "tasks.kill_on_exit", true, "boolean", "Halt this Neovim's running tasks when it exits" },
   {
     "tasks.nice",
     10,
     "number",
     "Niceness added to tasks so the editor stays responsive (0: none); on Linux the host's session, which its tasks share, takes it too",
+    min = 0,
+    integer = true,
   },
   {
     "tasks.max_log_bytes",
     1073741824,
     "number",
     "A task whose stdout + stderr pass this many bytes is stopped: failed, reason log_limit (0: no limit)",
+    min = 0,
+    integer = true,
   },
-  { "tasks.retention.completed", 86400, "number", "Seconds completed tasks are kept" },
-  { "tasks.retention.failed", 172800, "number", "Seconds failed and cancelled tasks are kept" },
+  {
+    "tasks.retention.completed",
+    86400,
+    "number",
+    "Seconds completed tasks are kept",
+    min = 0,
+  },
+  {
+    "tasks.retention.failed",
+    172800,
+    "number",
+    "Seconds failed and cancelled tasks are kept",
+    min = 0,
+  },
   {
     "auto_accept.tools",
     {
@@ -183,18 +233,28 @@ M.options = {
       .. "auto_accept = false }",
     check = agents_check,
   },
-  { "result.max_lines", 200, "number", "Output lines kept in a result block (tail)" },
+  {
+    "result.max_lines",
+    200,
+    "number",
+    "Output lines kept in a result block (tail)",
+    min = 1,
+    integer = true,
+  },
   {
     "result.notice_lines",
     10,
     "number",
     "Output lines a completion notice carries (tail; the notice names the full log)",
+    min = 0,
+    integer = true,
   },
   {
     "chat.model",
     "anthropic/claude-sonnet-4-5",
     "string",
     "Model of new chats, as provider/model (a chat's front matter may name another)",
+    check = model_check,
   },
   {
     "chat.providers",
@@ -214,12 +274,13 @@ M.options = {
     { "string", "nil" },
     "Default system prompt (the tools' schemas are sent as native tools)",
   },
-  { "chat.max_tokens", 8192, "number", "Longest reply, in tokens" },
+  { "chat.max_tokens", 8192, "number", "Longest reply, in tokens", min = 1, integer = true },
   {
     "chat.temperature",
     vim.NIL,
     { "number", "nil" },
     "Sampling temperature; nil: the provider's default",
+    min = 0,
   },
   {
     "chat.thinking",
@@ -232,6 +293,8 @@ M.options = {
     4,
     "number",
     "Tries per request when the provider is rate limited or overloaded",
+    min = 1,
+    integer = true,
   },
   { "chat.timeouts.connect", 10, "number", "Seconds to connect to the provider" },
   {
@@ -251,6 +314,8 @@ M.options = {
     25,
     "number",
     "Model replies per user message, then the loop stops for the user",
+    min = 1,
+    integer = true,
   },
   {
     "chat.send_on_notice",
@@ -275,6 +340,7 @@ M.options = {
     50,
     "number",
     "Longest wait of one MCP call (await, and run/ask before answering with a token), seconds",
+    min = 0,
   },
   {
     "mcp.kill_on_exit",
@@ -384,12 +450,16 @@ M.options = {
     0,
     "number",
     "Tasks per page in :SidekickTasks; 0: the window's height (at most 100)",
+    min = 0,
+    integer = true,
   },
   {
     "output.initial_bytes",
     4194304,
     "number",
     "Bytes of each log :SidekickOutput shows when opened (the tail); it then follows",
+    min = 0,
+    integer = true,
   },
 }
 
@@ -478,6 +548,12 @@ local function problem(opt, value)
       type(value)
     )
   end
+  if type(value) == "number" and opt.integer and value % 1 ~= 0 then
+    return string.format("option %s must be a whole number, got %s", path, tostring(value))
+  end
+  if type(value) == "number" and opt.min and not (value >= opt.min) then
+    return string.format("option %s must be at least %s, got %s", path, opt.min, tostring(value))
+  end
   if opt.one_of and not vim.tbl_contains(opt.one_of, value) then
     local quoted = vim.tbl_map(function(v)
       return '"' .. v .. '"'
@@ -490,6 +566,42 @@ local function problem(opt, value)
     )
   end
   return opt.check and opt.check(value)
+end
+
+--- Does a declared option's path start with `path`."."? (a table of options)
+local function is_group(path)
+  local lead = path .. "."
+  for _, opt in ipairs(M.options) do
+    if opt[1]:sub(1, #lead) == lead then
+      return true
+    end
+  end
+  return false
+end
+
+--- The names in `user` that are neither an option nor a table of options
+--- (a typo, or an option this version does not have), as dotted paths, sorted.
+--- An option's own value is not looked into: agents, chat.providers and the
+--- like hold the user's names.
+---@param user table
+---@return string[]
+function M.unknown(user)
+  local out = {}
+  local function walk(tbl, prefix)
+    for key, value in pairs(tbl) do
+      local path = prefix .. tostring(key)
+      if not M.declared(path) then
+        if type(key) == "string" and type(value) == "table" and is_group(path) then
+          walk(value, path .. ".")
+        elseif not (type(key) == "string" and is_group(path)) then
+          table.insert(out, path)
+        end
+      end
+    end
+  end
+  walk(user, "")
+  table.sort(out)
+  return out
 end
 
 --- Merge user options over the defaults, validating each declared option.
@@ -512,9 +624,12 @@ function M.resolve(user)
   return merged
 end
 
+--- Put `user` options in force (an error names a wrong one). Returns them,
+--- and the unknown names in `user` (M.unknown), which are left out.
+---@return table current, string[] unknown
 function M.setup(user)
   M.current = M.resolve(user)
-  return M.current
+  return M.current, M.unknown(user or {})
 end
 
 function M.state_dir()

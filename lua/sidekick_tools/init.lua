@@ -44,7 +44,15 @@ end
 ---@param opts table|nil see :h sidekick_tools-config
 function M.setup(opts)
   vim.validate({ opts = { opts, "table", true } })
-  config.setup(opts)
+  local _, unknown = config.setup(opts)
+  if #unknown > 0 then -- a warning: a config naming an old option still loads
+    vim.notify(
+      "sidekick_tools: setup() ignores unknown options: "
+        .. table.concat(unknown, ", ")
+        .. " (:h sidekick_tools-config)",
+      vim.log.levels.WARN
+    )
+  end
   for _, conflict in ipairs(require("sidekick_tools.keymaps").conflicts()) do
     vim.notify(conflict, vim.log.levels.WARN)
   end

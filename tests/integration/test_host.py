@@ -188,6 +188,55 @@ def test_setup_rejects_wrong_types(editor):
     assert "agents.a.cmd" in err
 
 
+SETUP_ERROR = (
+    "local ok, e = pcall(require('sidekick_tools').setup, ...)\nreturn { ok, ok and '' or e }"
+)
+
+
+@pytest.mark.parametrize(
+    ("opts", "said"),
+    [
+        ({"tasks": {"max_concurrent": 0}}, "option tasks.max_concurrent must be at least 1, got 0"),
+        ({"tasks": {"max_concurrent": -1}}, "option tasks.max_concurrent must be at least 1"),
+        ({"tasks": {"max_concurrent": 2.5}}, "option tasks.max_concurrent must be a whole number"),
+        ({"result": {"max_lines": 0}}, "option result.max_lines must be at least 1, got 0"),
+        ({"chat": {"model": "nomodel"}}, 'chat.model must be provider/model, such as "'),
+        ({"chat": {"model": "a/b c"}}, "chat.model must be provider/model"),
+    ],
+)
+def test_setup_rejects_wrong_values_with_the_options_name(editor, opts, said):
+    ok, err = editor.lua(SETUP_ERROR, opts)
+    assert ok is False
+    assert err.startswith("sidekick_tools: " + said), err
+    # the configuration in force is the one before
+    assert editor.lua("return require('sidekick_tools.config').current.tasks.max_concurrent") == 5
+
+
+def test_setup_warns_once_about_unknown_names_and_keeps_the_rest(editor):
+    editor.setup(
+        bogus_option=1,
+        tasks={"bogus": 1, "max_concurrent": 3},
+        keymaps={"tasks_window": {"nope": "x"}},
+    )
+    assert editor.notifications() == [
+        "sidekick_tools: setup() ignores unknown options: bogus_option, "
+        "keymaps.tasks_window.nope, tasks.bogus (:h sidekick_tools-config)"
+    ]
+    assert editor.lua("return require('sidekick_tools.config').current.tasks.max_concurrent") == 3
+    # the names inside options of type table are the user's own: no warning
+    editor.setup(
+        agents={"mine": {"cmd": ["true", "{message}"], "auto_accept": True}},
+        chat={
+            "model": "here/m",
+            "providers": {"here": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1"}},
+        },
+        auto_accept={"command_forms": {"mytool": False}, "safe_commands": ["ls"]},
+        ui={"virtual_text": {"prefix": ""}},
+        keymaps={"tasks_window": {"output": ["<CR>"]}, "output_window": {"close": "q"}},
+    )
+    assert len(editor.notifications()) == 1
+
+
 def test_keymaps_are_buffer_local_and_configurable(editor):
     editor.setup(keymaps={"run_tool": "<F5>", "halt": False})
     editor.open_chat(CHAT)
