@@ -88,7 +88,8 @@ M.options = {
     vim.NIL,
     { "string", "nil" },
     "Python interpreter with pynvim; nil: the venv of :SidekickInstall, then "
-      .. "g:python3_host_prog, then python3 on PATH",
+      .. "g:python3_host_prog, then python3 on PATH (absolute entries outside the working "
+      .. "directory only)",
   },
   {
     "state_dir",

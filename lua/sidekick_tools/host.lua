@@ -35,24 +35,72 @@ local function venv_python()
 end
 M.venv_python = venv_python
 
+local uv = vim.uv or vim.loop
+
+--- Is `path` (real, absolute) `dir` or inside it? Nothing is inside "/" here:
+--- a Neovim started there has no project, and every PATH entry is under it.
+local function inside(path, dir)
+  return dir ~= "/" and (path == dir or path:sub(1, #dir + 1) == dir .. "/")
+end
+
+--- The executable `name` in a directory of PATH, as an absolute path, or nil.
+--- Only absolute entries outside the working directory count: an empty, "." or
+--- relative entry, or one inside the project, would run a `python3` the
+--- project holds (execvp, like exepath(), takes an empty entry for the cwd).
+---@param name string
+---@return string|nil
+function M.search_path(name)
+  local win = vim.fn.has("win32") == 1
+  local cwd = uv.fs_realpath(vim.fn.getcwd()) or vim.fn.getcwd()
+  for entry in (vim.env.PATH or ""):gmatch(win and "[^;]+" or "[^:]+") do
+    local absolute = entry:sub(1, 1) == "/"
+    if win then
+      absolute = entry:match("^%a:[/\\]") ~= nil
+    end
+    local real = absolute and uv.fs_realpath(entry)
+    if real and not inside(real, cwd) then
+      local exe = vim.fs.joinpath(entry, name)
+      if vim.fn.executable(exe) == 1 then
+        return exe
+      end
+    end
+  end
+  return nil
+end
+
+--- `prog` as a path to run: a path as given (~ expanded), a bare name looked up
+--- by M.search_path; nil when it is not an executable.
+local function program(prog)
+  if type(prog) ~= "string" or prog == "" then
+    return nil
+  end
+  prog = vim.fn.expand(prog)
+  if not prog:find("/", 1, true) then
+    return M.search_path(prog)
+  end
+  return vim.fn.executable(prog) == 1 and prog or nil
+end
+
 --- The interpreter to run the host with, and where the choice came from.
 ---@return string|nil python, string source
 function M.find_python()
   local configured = config.current.python
   if configured and configured ~= "" then
-    return vim.fn.expand(configured), "setup({ python = ... })"
+    -- an explicit choice: a bare name found nowhere is left to fail as it is
+    return program(configured) or vim.fn.expand(configured), "setup({ python = ... })"
   end
   local own = venv_python()
   if vim.fn.executable(own) == 1 then
     return own, ":SidekickInstall venv"
   end
-  local prog = vim.g.python3_host_prog
-  if type(prog) == "string" and prog ~= "" and vim.fn.executable(vim.fn.expand(prog)) == 1 then
-    return vim.fn.expand(prog), "g:python3_host_prog"
+  local prog = program(vim.g.python3_host_prog)
+  if prog then
+    return prog, "g:python3_host_prog"
   end
   for _, name in ipairs({ "python3", "python" }) do
-    if vim.fn.executable(name) == 1 then
-      return vim.fn.exepath(name), "PATH"
+    local found = M.search_path(name)
+    if found then
+      return found, "PATH"
     end
   end
   return nil, "none found"

@@ -237,6 +237,37 @@ def test_setup_warns_once_about_unknown_names_and_keeps_the_rest(editor):
     assert len(editor.notifications()) == 1
 
 
+@pytest.mark.parametrize(
+    ("entry", "host_prog"),
+    [("", None), (".", None), ("bin", None), ("{workdir}/bin", None), ("", "python3")],
+)
+def test_the_python_on_path_is_never_one_of_the_project(editors, monkeypatch, entry, host_prog):
+    """With no python option or venv, the host's python3 comes from PATH (or
+    g:python3_host_prog names it); an empty, relative or in-project entry does
+    not count."""
+    workdir = Path.cwd()
+    marker = workdir / "marker"
+    for folder in (workdir, workdir / "bin"):
+        folder.mkdir(exist_ok=True)
+        fake = folder / "python3"
+        fake.write_text(f'#!/bin/sh\necho "$0" >> {marker}\nexec {sys.executable} "$@"\n')
+        fake.chmod(0o755)
+    real_bin = Path(sys.executable).parent  # a python3 with pynvim, outside the project
+    entries = [entry.format(workdir=workdir), str(real_bin), "/usr/bin", "/bin"]
+    monkeypatch.setenv("PATH", os.pathsep.join(entries))
+    editor = editors()
+    if host_prog:
+        editor.lua("vim.g.python3_host_prog = ...", host_prog)
+    editor.lua("require('sidekick_tools').setup({ state_dir = ... })", str(editor.state_dir))
+    python, source = editor.lua("return { require('sidekick_tools.host').find_python() }")
+    expected = "g:python3_host_prog" if host_prog else "PATH"
+    assert (python, source) == (str(real_bin / "python3"), expected)
+    editor.open_chat(CHAT)
+    editor.run_tool(5)
+    editor.wait_text("```result id=c1 status=completed exit=0")
+    assert not marker.exists(), marker.read_text()
+
+
 def test_keymaps_are_buffer_local_and_configurable(editor):
     editor.setup(keymaps={"run_tool": "<F5>", "halt": False})
     editor.open_chat(CHAT)
