@@ -61,8 +61,9 @@ function M.open(spec)
     error(problem, 0)
   end
   local dir = M.dir()
-  if vim.fn.isdirectory(dir) == 0 and vim.fn.mkdir(dir, "p", 448) == 0 then
-    error("sidekick_tools: cannot create " .. dir, 0)
+  local made, dir_err = require("sidekick_tools.directory").make(dir)
+  if not made then
+    error(string.format("sidekick_tools: chat.dir %s cannot be used: %s", dir, dir_err), 0)
   end
   local lines = M.lines(spec)
   local path, err = create_unique(dir, os.date("%Y-%m-%d-%H%M"), table.concat(lines, "\n") .. "\n")

@@ -200,6 +200,25 @@ def test_sidekick_chat_leaves_no_file_when_it_cannot_open_it(editor, fake, tmp_p
     assert editor.lines() == ["USER: changed, not saved"]
 
 
+@pytest.mark.parametrize("kind", ["cannot be created", "is a file"])
+def test_sidekick_chat_says_an_unusable_chat_dir_with_its_option(editor, fake, tmp_path, kind):
+    if kind == "is a file":
+        chats = tmp_path / "chats-file"
+        chats.write_text("not a directory\n")
+        reason = "ENOTDIR: not a directory"
+    else:
+        chats = Path("/proc/sidekick_chats")  # no directory can be made under /proc
+        reason = "ENOENT: no such file or directory"
+    setup(editor, fake, dir=str(chats))
+    before = editor.nvim.current.buffer.number
+    editor.nvim.command("SidekickChat")
+    said = editor.notifications()
+    assert len(said) == 1, said
+    assert said[0].startswith(f"sidekick_tools: chat.dir {chats} cannot be used: {reason}")
+    assert "E739" not in said[0]
+    assert editor.nvim.current.buffer.number == before
+
+
 def test_sidekick_chat_default_dir_is_under_stdpath_data(editor, fake):
     setup(editor, fake)
     editor.nvim.command("SidekickChat")
