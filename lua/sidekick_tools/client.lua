@@ -399,7 +399,11 @@ local function say_exit()
     if config.current.tasks.kill_on_exit then
       table.insert(parts, "halting " .. plural(running, "running task") .. " (tasks.kill_on_exit)")
     else
-      table.insert(parts, plural(running, "running task") .. " go on (tasks.kill_on_exit = false)")
+      local verb = running == 1 and " goes on" or " go on"
+      table.insert(
+        parts,
+        plural(running, "running task") .. verb .. " (tasks.kill_on_exit = false)"
+      )
     end
   end
   if queued > 0 then

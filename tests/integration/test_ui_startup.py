@@ -218,6 +218,27 @@ def test_quitting_without_kill_on_exit_says_they_go_on(editor, tmp_path):
         marker.write_text("")  # let them end
 
 
+def test_quitting_without_kill_on_exit_says_the_one_task_goes_on(editor, tmp_path):
+    editor.setup(tasks={"kill_on_exit": False})
+    marker = editor.workdir / "release"
+    editor.open_chat(
+        chat(call_block("run_terminal_command", {"command": gated(marker), "async": True}, "a"))
+    )
+    editor.nvim.command("SidekickRunTools!")
+    editor.wait_text("status=running task=")
+    notes = tmp_path / "notes.txt"
+    record_notes_to(editor, notes)
+    try:
+        quit_editor(editor)
+        wait_for(lambda: notes.exists() and notes.read_text())
+        assert notes.read_text() == (
+            "sidekick_tools: Neovim is exiting: 1 running task goes on "
+            "(tasks.kill_on_exit = false)\n"
+        )
+    finally:
+        marker.write_text("")  # let it end
+
+
 def test_quitting_with_nothing_running_says_nothing(editor, tmp_path):
     editor.setup()
     editor.open_chat(chat(call_block("run_terminal_command", {"command": "echo a"}, "a")))
