@@ -35,30 +35,16 @@ local function venv_python()
 end
 M.venv_python = venv_python
 
-local uv = vim.uv or vim.loop
-
---- Is `path` (real, absolute) `dir` or inside it? Nothing is inside "/" here:
---- a Neovim started there has no project, and every PATH entry is under it.
-local function inside(path, dir)
-  return dir ~= "/" and (path == dir or path:sub(1, #dir + 1) == dir .. "/")
-end
-
 --- The executable `name` in a directory of PATH, as an absolute path, or nil.
---- Only absolute entries outside the working directory count: an empty, "." or
---- relative entry, or one inside the project, would run a `python3` the
---- project holds (execvp, like exepath(), takes an empty entry for the cwd).
+--- Only absolute entries count: an empty, "." or relative entry names the
+--- working directory (execvp and exepath() take an empty one so), and would
+--- run a `python3` that the project holds. An absolute entry is the user's own
+--- choice, wherever it lies.
 ---@param name string
 ---@return string|nil
 function M.search_path(name)
-  local win = vim.fn.has("win32") == 1
-  local cwd = uv.fs_realpath(vim.fn.getcwd()) or vim.fn.getcwd()
-  for entry in (vim.env.PATH or ""):gmatch(win and "[^;]+" or "[^:]+") do
-    local absolute = entry:sub(1, 1) == "/"
-    if win then
-      absolute = entry:match("^%a:[/\\]") ~= nil
-    end
-    local real = absolute and uv.fs_realpath(entry)
-    if real and not inside(real, cwd) then
+  for entry in (vim.env.PATH or ""):gmatch("[^:]+") do
+    if entry:sub(1, 1) == "/" then
       local exe = vim.fs.joinpath(entry, name)
       if vim.fn.executable(exe) == 1 then
         return exe

@@ -239,12 +239,12 @@ def test_setup_warns_once_about_unknown_names_and_keeps_the_rest(editor):
 
 @pytest.mark.parametrize(
     ("entry", "host_prog"),
-    [("", None), (".", None), ("bin", None), ("{workdir}/bin", None), ("", "python3")],
+    [("", None), (".", None), ("bin", None), ("", "python3")],
 )
 def test_the_python_on_path_is_never_one_of_the_project(editors, monkeypatch, entry, host_prog):
     """With no python option or venv, the host's python3 comes from PATH (or
-    g:python3_host_prog names it); an empty, relative or in-project entry does
-    not count."""
+    g:python3_host_prog names it); an empty or relative entry, which names the
+    working directory, does not count."""
     workdir = Path.cwd()
     marker = workdir / "marker"
     for folder in (workdir, workdir / "bin"):
