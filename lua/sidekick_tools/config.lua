@@ -88,8 +88,7 @@ M.options = {
     vim.NIL,
     { "string", "nil" },
     "Python interpreter with pynvim; nil: the venv of :SidekickInstall, then "
-      .. "g:python3_host_prog, then python3 on PATH (absolute entries outside the working "
-      .. "directory only)",
+      .. "g:python3_host_prog, then python3 on PATH (its absolute entries only)",
   },
   {
     "state_dir",
