@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -15,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sidekick_tools.tasks.store import SqliteStore
 
+from tests.conftest import live_members
 from tests.integration.mcp_helpers import PYTHONPATH, passed_env, server_args, write_config
 
 pytestmark = pytest.mark.integration
@@ -230,3 +233,28 @@ def test_the_state_dir_comes_from_the_environment(raw, tmp_path):
     assert client.close() == 0
     assert (state / "tasks.db").exists() and (state / "mcp.log").exists()
     assert oct(state.stat().st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.parametrize("then", ["nothing", "a message"])
+def test_sigterm_halts_the_servers_tasks_and_ends_it_with_stdin_still_open(raw, tmp_path, then):
+    """A client that stops its server with SIGTERM (and may write once more, or
+    never close stdin): the server stopped answering but waited for stdin to
+    close, and a message in between crashed it with its tasks left running."""
+    client = raw()
+    client.initialize()
+    run = client.request(
+        2, "tools/call", {"name": "run", "arguments": {"command": "sleep 300", "async": True}}
+    )["result"]
+    token = json.loads(run["content"][0]["text"])["task"]
+    pgid = SqliteStore(str(tmp_path / "state" / "tasks.db")).get(token).pid
+    assert live_members(pgid)
+    client.proc.send_signal(signal.SIGTERM)
+    if then == "a message":
+        try:
+            client.send({"id": 3, "method": "tools/list"})
+        except BrokenPipeError:  # it may be gone already
+            pass
+    assert client.proc.wait(timeout=30) == 0  # stdin is still open
+    task = SqliteStore(str(tmp_path / "state" / "tasks.db")).get(token)
+    assert task.status.value == "cancelled"
+    assert live_members(pgid) == []

@@ -117,22 +117,43 @@ async def serve(options: Options) -> int:
     server = build_server(face)
     log.info("MCP server %s started (pid %d, owner %s)", __version__, os.getpid(), manager.owner)
     loop = asyncio.get_running_loop()
+    stopping: list[asyncio.Future[None]] = []
+
+    async def finish() -> None:
+        # A second signal must not cut the clean-up short: ignore them from here on.
+        for sig in _SIGNALS:
+            loop.add_signal_handler(sig, lambda: None)
+        kill = source.current().mcp.kill_on_exit
+        await manager.shutdown(kill=kill)
+        how = "halted" if kill else "left running"
+        log.info("MCP server stopped (its running tasks were %s)", how)
+
+    async def stop_on_signal(serving: asyncio.Future[Any]) -> None:
+        """The reader of stdin sits in a thread nothing can interrupt, and the
+        transport waits for it: the tasks are halted now, and the process ends
+        here, whether or not the client ever closes stdin or writes again."""
+        log.info("MCP server stopping on a signal")
+        serving.cancel()
+        await finish()
+        logging.shutdown()
+        os._exit(0)
+
     async with stdio_server() as (read_stream, write_stream):
         serving = asyncio.ensure_future(
             server.run(read_stream, write_stream, server.create_initialization_options())
         )
+
+        def on_signal() -> None:
+            if not stopping:
+                stopping.append(asyncio.ensure_future(stop_on_signal(serving)))
+
         for sig in _SIGNALS:
-            loop.add_signal_handler(sig, serving.cancel)
+            loop.add_signal_handler(sig, on_signal)
         try:
             await serving
         except asyncio.CancelledError:
-            log.info("MCP server stopping on a signal")
-    # A second signal must not cut the clean-up short: ignore them from here on.
-    for sig in _SIGNALS:
-        loop.add_signal_handler(sig, lambda: None)
-    kill = source.current().mcp.kill_on_exit
-    await manager.shutdown(kill=kill)
-    log.info("MCP server stopped (its running tasks were %s)", "halted" if kill else "left running")
+            await asyncio.Future()  # stop_on_signal ends the process
+    await finish()  # stdin closed: the client left
     return 0
 
 
