@@ -98,7 +98,10 @@ def test_waits_are_bounded_for_mcp_clients(tmp_path):
     assert config.state_dir == str(tmp_path)
 
 
-@pytest.mark.parametrize("content", ["[1, 2]", "{bad", '{"agents": "x"}', "\xff"])
+@pytest.mark.parametrize(
+    "content",
+    ["[1, 2]", "{bad", '{"agents": "x"}', "\xff", '{"mcp": {"await_timeout": "abc"}}'],
+)
 def test_unusable_settings_are_refused(tmp_path, content):
     path = tmp_path / CONFIG_NAME
     path.write_bytes(content.encode("latin-1"))
@@ -117,6 +120,9 @@ def test_settings_are_read_again_when_the_file_changes(tmp_path):
     path.write_text("{broken")
     os.utime(path, (2, 2))
     assert sorted(source.current().agents) == ["a", "bb"]  # kept
+    path.write_text(json.dumps({"mcp": {"await_timeout": "50s"}}))
+    os.utime(path, (3, 3))
+    assert sorted(source.current().agents) == ["a", "bb"]  # kept, not an internal error
 
 
 def test_a_finished_call_whose_task_is_gone_is_still_answered():

@@ -126,6 +126,10 @@ def test_filter_lines_consumes_nothing() -> None:
     assert filter_lines(text, compile_filter("2$")) == ["a2"]
     with pytest.raises(ValueError, match="invalid filter regex"):
         filter_lines(text, "(")
+    # what re cannot compile without failing otherwise: nested too deep, a huge count
+    for pattern in ("(" * 600 + ")" * 600, "a{99999999999}"):
+        with pytest.raises(ValueError, match="invalid filter regex"):
+            compile_filter(pattern)
 
 
 def test_follower_reads_only_new_bytes(tmp_path) -> None:

@@ -160,6 +160,14 @@ async def test_malformed_token_is_failed(tool, token, ctx):
     assert "6 lowercase hex" in res.body
 
 
+async def test_a_malformed_token_is_quoted_once_as_written(ctx):
+    res = await STATUS.run({"task": "ZZZZZZ"}, ctx)
+    error = json.loads(res.body)["error"]
+    assert ' "ZZZZZZ" is not a task token' in error  # was '"ZZZZZZ"', quoted twice
+    res = await STATUS.run({"task": "\u0661\u0662\u0663"}, ctx)
+    assert ' "\u0661\u0662\u0663" is not a task token' in json.loads(res.body)["error"]
+
+
 async def test_tokens_are_normalised(tmp_path, manager, ctx):
     task = await shell_task(manager, "echo hi", ctx.cwd)
     await manager.wait(task.id, 10)

@@ -88,10 +88,9 @@ def load(path: str, state_dir: str, required: bool = False) -> Config:
     raw = _read(path, required)
     raw["state_dir"] = state_dir
     try:
-        config = Config.from_dict(raw)
-    except (TypeError, ValueError) as e:
+        return for_mcp(Config.from_dict(raw))
+    except (TypeError, ValueError) as e:  # a number that is none ("abc"), say
         raise SettingsError(f"settings file {path}: {e}") from None
-    return for_mcp(config)
 
 
 def for_mcp(config: Config) -> Config:

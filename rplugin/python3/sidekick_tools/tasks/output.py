@@ -191,8 +191,9 @@ def compile_filter(pattern: FilterPattern) -> Pattern[str]:
         pattern = pattern[1:-1]
     try:
         return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"invalid filter regex {pattern!r}: {exc}") from None
+    except (re.error, RecursionError, OverflowError) as exc:  # nested too deep, {99999999999}
+        why = exc if isinstance(exc, re.error) else f"too large to compile ({type(exc).__name__})"
+        raise ValueError(f"invalid filter regex {pattern[:200]!r}: {why}") from None
 
 
 def filter_lines(text: str, pattern: FilterPattern) -> list[str]:

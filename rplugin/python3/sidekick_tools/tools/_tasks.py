@@ -42,8 +42,9 @@ def bad_token(raw: Any, names: ToolNames = CHAT_NAMES) -> str | None:
     token = normalize_token(raw)
     if is_token(token):
         return None
+    shown = json.dumps(raw, ensure_ascii=False) if isinstance(raw, str) else repr(raw)
     return (
-        f"{NOT_FOUND} {json.dumps(raw) if isinstance(raw, str) else raw!r} is not a task "
+        f"{NOT_FOUND} {shown} is not a task "
         "token: tokens are 6 lowercase hex characters (e.g. a1b2c3), as given by "
         f"{names.run}, {names.ask} or {names.list}."
     )
