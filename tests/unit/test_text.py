@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from sidekick_tools.text import clean, for_buffer, is_binary, normalize_newlines, strip_ansi
+from sidekick_tools.text import (
+    after_cut,
+    before_cut,
+    clean,
+    for_buffer,
+    is_binary,
+    normalize_newlines,
+    strip_ansi,
+)
 
 
 @pytest.mark.parametrize(
@@ -55,3 +63,14 @@ def test_json_from_outside_has_no_lone_surrogates():
     assert nested == "\ufffd"
     params, problem = read_params(r'{"command": "echo \ud800"}', 4)
     assert problem is None and params == {"command": "echo \ufffd"}
+
+
+def test_a_cut_takes_the_word_it_went_through():
+    assert after_cut("03-Q7wER rest of it") == " rest of it"
+    assert after_cut(b"03-Q7wER\nrest") == b"\nrest"
+    assert before_cut("start sk-ant-ap") == "start "
+    assert before_cut(b"start sk-ant-ap") == b"start "
+    assert after_cut("") == before_cut("") == ""
+    # at most 4 KiB of one word
+    assert after_cut("x" * 5000) == "x" * 904
+    assert before_cut("y" * 5000) == "y" * 904

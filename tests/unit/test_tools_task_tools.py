@@ -474,6 +474,18 @@ def test_bound_cuts_one_huge_line():
     assert (short, n, b) == ("a\nb", 0, 0)
 
 
+def test_bound_never_shows_a_word_it_cut_through():
+    """A key across the head's or the tail's cut showed the part masking cannot
+    recognise (its end, or a start shorter than a key): the cut word goes."""
+    key = "sk-ant-api03-" + "Q7wERtyUIopASdfGHjkLZxcVBnm1234567890abcd"
+    head = "a " * (task_output.HEAD_BYTES // 2 - 10) + key + " tail"  # cut in the key
+    tail = "c " * 10 + key + " d" * (task_output.TAIL_BYTES // 2 - 10)  # cut in the key
+    shown, _, _ = task_output.bound(head + "\n" + "b\n" * 200 + tail)
+    for part in ("sk-ant", "Q7wER", "0abcd"):
+        assert part not in shown
+    assert shown.startswith("a a ") and shown.endswith(" d d")
+
+
 def test_bound_by_bytes_with_few_lines():
     text = "\n".join("y" * 5000 for _ in range(10))
     shown, lines, size = task_output.bound(text)

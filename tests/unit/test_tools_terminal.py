@@ -695,7 +695,8 @@ def test_result_from_task_tails_large_output(tmp_path):
 
 def test_result_from_task_tail_cut_inside_a_long_multibyte_line(tmp_path):
     out = ("é" * 10000).encode()  # one long line; a cut may land mid-character
-    res = rtc.result_from_task(_task(tmp_path, out), tail_bytes=1001)
+    # (the cut word goes with the cut, up to 4 KiB of it: the tail is longer)
+    res = rtc.result_from_task(_task(tmp_path, out), tail_bytes=5001)
     first, text = res.body.split("\n", 1)
     assert first.startswith("[... ")
     assert set(text) == {"é"}
@@ -741,3 +742,13 @@ def test_binary_output_is_named_by_the_logs_own_size(tmp_path):
     big = os.urandom(5000).replace(b"\n", b"\x00")
     res = rtc.result_from_task(_task(tmp_path, big), tail_bytes=1000)
     assert res.body == f"[binary output: 5000 bytes not shown; full log: {path}]"
+
+
+def test_a_cut_never_shows_the_end_of_the_word_it_cut(tmp_path):
+    """A secret that a tail cut through showed its end (`03-Q7wER…`), which
+    masking could not know without its start: the cut word goes with the cut."""
+    key = "sk-ant-api03-" + "Q7wERtyUIopASdfGHjkLZxcVBnm1234567890abcd"
+    line = "x" * 5000 + " " + key + " then the rest of the line"
+    res = rtc.result_from_task(_task(tmp_path, line.encode()), tail_bytes=len(line) - 5010)
+    first, text = res.body.split("\n", 1)
+    assert first.startswith("[... ") and text == " then the rest of the line"

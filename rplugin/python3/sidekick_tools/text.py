@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, AnyStr
 
 _ANSI = (
     r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI: ESC [ or the 8-bit form
@@ -67,6 +67,29 @@ def normalize_newlines(text: str) -> str:
 def clean(text: str) -> str:
     """Escape sequences removed and carriage returns resolved."""
     return normalize_newlines(strip_ansi(text))
+
+
+# At most this much of a word cut by a length bound is dropped with it.
+_CUT_WORD_MAX = 4096
+
+
+def after_cut(text: AnyStr) -> AnyStr:
+    """What follows a cut through `text`'s start (str or bytes), from the first
+    white space on: the word the cut went through may be the end of a secret,
+    which masking, seeing no start, would not know (a 256 KiB tail showed
+    `03-Q7wER…` of an `sk-ant-api03-…` key). Up to 4 KiB of a word is dropped."""
+    for i in range(min(len(text), _CUT_WORD_MAX)):
+        if text[i : i + 1].isspace():
+            return text[i:]
+    return text[_CUT_WORD_MAX:]
+
+
+def before_cut(text: AnyStr) -> AnyStr:
+    """`after_cut` for a cut through `text`'s end: up to its last white space."""
+    for i in range(len(text) - 1, max(-1, len(text) - 1 - _CUT_WORD_MAX), -1):
+        if text[i : i + 1].isspace():
+            return text[: i + 1]
+    return text[: max(0, len(text) - _CUT_WORD_MAX)]
 
 
 def is_binary(data: bytes) -> bool:

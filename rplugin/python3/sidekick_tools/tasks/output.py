@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from re import Pattern
 from typing import Union
 
-from ..text import clean, decode, strip_ansi
+from ..text import after_cut, clean, decode, strip_ansi
 
 _MARKER_RE = re.compile(
     r"^[ \t]*\[(PROGRESS(?::[ \t]*(\d{1,3})[ \t]*%?)?|RESULT|ERROR|WARNING)\][ \t]?(.*)$"
@@ -63,9 +63,8 @@ def _tail(text: str, max_lines: int, max_bytes: int) -> str:
     encoded = out.encode("utf-8")
     if len(encoded) > max_bytes:
         out = encoded[-max_bytes:].decode("utf-8", errors="ignore")
-        # Drop the (probably cut) first line when there is more than one.
-        if "\n" in out:
-            out = out.split("\n", 1)[1]
+        # Drop the (probably cut) first line when there is more than one, else its cut word.
+        out = out.split("\n", 1)[1] if "\n" in out else after_cut(out).lstrip()
     return out
 
 

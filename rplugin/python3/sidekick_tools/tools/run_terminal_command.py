@@ -15,7 +15,7 @@ from typing import Any
 
 from ..chat.render import STDERR_MARK
 from ..tasks.manager import TaskSpec
-from ..text import is_binary
+from ..text import after_cut, is_binary
 from . import _fs, _tasks, command_policy, command_table
 from ._tasks import TERMINAL
 from .base import ToolContext, ToolResult
@@ -239,7 +239,10 @@ def _tail(log_dir: Any, name: str, limit: int) -> str:
         # Drop the partial first line (or at least a cut UTF-8 sequence).
         nl = data.find(b"\n")
         cut_line = 0 <= nl < 4096
-        data = data[nl + 1 :] if cut_line else data.lstrip(bytes(range(0x80, 0xC0)))
+        if cut_line:
+            data = data[nl + 1 :]
+        elif not is_binary(data):
+            data = after_cut(data).lstrip(bytes(range(0x80, 0xC0)))
         note = f"[... {size - len(data)} earlier bytes not shown; full log: {path}]\n"
     if is_binary(data):  # named by the log's own size, before any decoding
         return f"[binary output: {size} bytes not shown; full log: {path}]"

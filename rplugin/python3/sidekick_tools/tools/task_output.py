@@ -33,6 +33,7 @@ import os
 from typing import Any
 
 from ..tasks.output import compile_filter, parse_line
+from ..text import after_cut, before_cut
 from . import _tasks
 from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
 from .schema import object_schema, string
@@ -202,9 +203,9 @@ def _take(lines: list[str], max_lines: int, max_bytes: int, from_end: bool = Fal
             if not out:
                 raw = line.encode("utf-8")
                 if from_end:
-                    out.append("…" + raw[-max_bytes:].decode("utf-8", "ignore"))
+                    out.append("…" + after_cut(raw[-max_bytes:].decode("utf-8", "ignore")))
                 else:
-                    out.append(raw[:max_bytes].decode("utf-8", "ignore") + "…")
+                    out.append(before_cut(raw[:max_bytes].decode("utf-8", "ignore")) + "…")
             break
         out.append(line)
         used += size
