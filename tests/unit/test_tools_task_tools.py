@@ -419,6 +419,24 @@ async def test_output_returns_only_new_lines_per_chat(tmp_path, manager, ctx):
     assert "all its output was read" in body_json(end)["message"]
 
 
+async def test_output_reads_stderr_on_its_own(tmp_path, manager, ctx):
+    """A build's progress and errors are on stderr: an agent following it saw
+    nothing but stdout; stream=stderr reads it, from its own position."""
+    command = "echo out1; echo ERR1 >&2; echo ERR2 >&2"
+    task = await shell_task(manager, command, ctx.cwd, chat=ctx.chat)
+    await manager.wait(task.id, 10)
+    out = await OUTPUT.run({"task": task.id}, ctx)
+    assert output_part(out) == "out1" and "stream" not in body_json(out)
+    err = await OUTPUT.run({"task": task.id, "stream": "stderr"}, ctx)
+    assert output_part(err) == "ERR1\nERR2" and body_json(err)["stream"] == "stderr"
+    again = await OUTPUT.run({"task": task.id, "stream": "stderr"}, ctx)
+    assert output_part(again) == "" and body_json(again)["new_lines"] == 0
+    matched = await OUTPUT.run({"task": task.id, "stream": "stderr", "filter": "2$"}, ctx)
+    assert body_json(matched)["matching_lines"] == 0  # read already: nothing new matches
+    bad = await OUTPUT.run({"task": task.id, "stream": "both"}, ctx)
+    assert bad.status == "failed" and "stream" in bad.body
+
+
 async def test_output_bad_regex_is_failed(tmp_path, manager, ctx):
     task = await shell_task(manager, "echo x", ctx.cwd)
     res = await OUTPUT.run({"task": task.id, "filter": "(unclosed"}, ctx)

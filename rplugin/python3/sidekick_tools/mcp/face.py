@@ -156,9 +156,9 @@ SPECS: dict[str, Spec] = {
             lambda c: (
                 "A task's output that this client has not read yet, with its progress. "
                 "With filter (a regex), only the matching new lines; a filtered read marks "
-                "nothing as read."
+                "nothing as read. stream: stdout (default) or stderr, each read on its own."
             ),
-            _pick(task_output.TOOL.schema, ["task", "filter"]),
+            _pick(task_output.TOOL.schema, ["task", "filter", "stream"]),
         ),
         Spec(
             "list",

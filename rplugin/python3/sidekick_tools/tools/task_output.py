@@ -57,6 +57,11 @@ class TaskOutput(_tasks.TaskTool):
                 min_length=1,
                 max_length=1000,
             ),
+            "stream": string(
+                "stdout (default) or stderr: each is read on its own, from where this "
+                "reader left it.",
+                enum=["stdout", "stderr"],
+            ),
         },
         required=["task"],
     )
@@ -74,21 +79,30 @@ class TaskOutput(_tasks.TaskTool):
         self, params: dict[str, Any], ctx: ToolContext, token: str, task: Any
     ) -> ToolResult:
         pattern = params.get("filter")
+        stream = params.get("stream") or "stdout"
         try:
-            read = await ctx.tasks.read_output(token, ctx.chat, pattern, max_bytes=READ_BYTES)
+            read = await ctx.tasks.read_output(
+                token, ctx.chat, pattern, max_bytes=READ_BYTES, stream=stream
+            )
         except KeyError:  # TaskNotFound: purged meanwhile
             return _tasks.not_found(token)
         except ValueError as e:
             return ToolResult.fail(f'parameter "filter": {e}', reason="bad_regex")
         task = ctx.tasks.get(token) or task
-        return ToolResult.ok(render(token, task, read, pattern, _tasks.names_of(ctx)))
+        text = render(token, task, read, pattern, _tasks.names_of(ctx), stream)
+        return ToolResult.ok(text)
 
 
 def render(
-    token: str, task: Any, read: Any, pattern: str | None, names: ToolNames = CHAT_NAMES
+    token: str,
+    task: Any,
+    read: Any,
+    pattern: str | None,
+    names: ToolNames = CHAT_NAMES,
+    stream: str = "stdout",
 ) -> str:
     state = _tasks.status_of(task)
-    log_path = task.log_path
+    log_path = task.stderr_path if stream == "stderr" else task.log_path
     if read.filtered:
         lines = list(read.matches or [])
         text = "\n".join(lines)
@@ -107,7 +121,10 @@ def render(
         payload["matching_lines"] = len(lines)
     else:
         payload["new_lines"] = len(lines)
-    payload["progress"] = progress_of(task, "" if read.filtered else text, log_path)
+    if stream == "stderr":
+        payload["stream"] = "stderr"
+    markers = "" if read.filtered or stream == "stderr" else text  # markers are stdout's
+    payload["progress"] = progress_of(task, markers, task.log_path)
     payload["more"] = bool(read.more)
 
     shown, elided_lines, elided_bytes = bound(text)
