@@ -61,6 +61,16 @@ async def test_tools_list_names_the_seven_tools_with_object_schemas(env):
     assert "50s" in tools["await"].description  # the default cap
 
 
+async def test_a_command_that_cannot_start_is_an_error(env):
+    """Nothing ran (a NUL byte in the command, an argument list too long): the
+    docs promise isError, and the answer said only "failed"."""
+    state, work = env
+    async with connect(server_params(state, work)) as session:
+        text, is_error = await call(session, "run", {"command": "echo a\u0000b"})
+    assert is_error
+    assert "could not start the command" in text and "null byte" in text
+
+
 async def test_run_within_the_threshold_answers_with_the_result(env):
     state, work = env
     (work / "sub").mkdir()

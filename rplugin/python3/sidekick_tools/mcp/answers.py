@@ -40,8 +40,11 @@ def error(message: str) -> Answer:
 
 
 def is_call_error(result: ToolResult) -> bool:
-    """The call itself failed (no task ran, or no answer about one)."""
-    return result.status in ("failed", "denied") and "task" not in result.fields
+    """The call itself failed: no task ran (none was made, or it could not
+    start: an argument list too long, a NUL byte), or no answer about one."""
+    if result.status not in ("failed", "denied"):
+        return False
+    return "task" not in result.fields or result.fields.get("reason") == "spawn_error"
 
 
 def from_tool(result: ToolResult) -> Answer:
@@ -65,7 +68,8 @@ def from_task_call(
 ) -> Answer:
     """`run` / `ask`: the task's result, or where it stands when it outlived the wait."""
     if is_call_error(result):
-        return answer(result.body, True)
+        why = getattr(task, "error", None) if task is not None else None
+        return answer(f"{result.body}\n{why}" if why else result.body, True)
     token = str(result.fields.get("task", ""))
     if result.status == "running":
         return payload(running(token, task, names, waited))
