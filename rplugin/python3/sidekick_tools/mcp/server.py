@@ -138,21 +138,26 @@ async def serve(options: Options) -> int:
         logging.shutdown()
         os._exit(0)
 
-    async with stdio_server() as (read_stream, write_stream):
-        serving = asyncio.ensure_future(
-            server.run(read_stream, write_stream, server.create_initialization_options())
-        )
+    try:
+        async with stdio_server() as (read_stream, write_stream):
+            serving = asyncio.ensure_future(
+                server.run(read_stream, write_stream, server.create_initialization_options())
+            )
 
-        def on_signal() -> None:
-            if not stopping:
-                stopping.append(asyncio.ensure_future(stop_on_signal(serving)))
+            def on_signal() -> None:
+                if not stopping:
+                    stopping.append(asyncio.ensure_future(stop_on_signal(serving)))
 
-        for sig in _SIGNALS:
-            loop.add_signal_handler(sig, on_signal)
-        try:
+            for sig in _SIGNALS:
+                loop.add_signal_handler(sig, on_signal)
             await serving
-        except asyncio.CancelledError:
-            await asyncio.Future()  # stop_on_signal ends the process
+    except BaseException:
+        if not stopping:
+            raise
+        # Stopping: the transport may fail meanwhile (a message read after the
+        # server stopped listening); that must not end the process first.
+    if stopping:
+        await stopping[0]  # it ends the process
     await finish()  # stdin closed: the client left
     return 0
 
