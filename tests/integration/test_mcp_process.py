@@ -256,5 +256,5 @@ def test_sigterm_halts_the_servers_tasks_and_ends_it_with_stdin_still_open(raw, 
             pass
     assert client.proc.wait(timeout=30) == 0  # stdin is still open
     task = SqliteStore(str(tmp_path / "state" / "tasks.db")).get(token)
-    assert task.status.value == "cancelled"
+    assert task.status.value == "cancelled" and task.error == "halted because the MCP server exited"
     assert live_members(pgid) == []

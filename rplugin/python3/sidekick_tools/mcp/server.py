@@ -124,7 +124,7 @@ async def serve(options: Options) -> int:
         for sig in _SIGNALS:
             loop.add_signal_handler(sig, lambda: None)
         kill = source.current().mcp.kill_on_exit
-        await manager.shutdown(kill=kill)
+        await manager.shutdown(kill=kill, owner="the MCP server")
         how = "halted" if kill else "left running"
         log.info("MCP server stopped (its running tasks were %s)", how)
 

@@ -196,7 +196,7 @@ class TaskEngine:
                 os.makedirs(d, mode=0o700, exist_ok=True)
                 os.chmod(d, 0o700)
 
-    async def stop_supervising(self, kill: bool) -> None:
+    async def stop_supervising(self, kill: bool, owner: str = "Neovim") -> None:
         """The engine stops: queued tasks are cancelled; running ones halted
         (kill) with SIGKILL `exit_grace` after SIGTERM, or left running."""
         self.closed = True
@@ -204,12 +204,12 @@ class TaskEngine:
         for token in self.queue.tokens():
             sup = self._supervisors[token]
             self.queue.remove(token)
-            sup.end_unstarted(Reason.CANCELLED, "Neovim exited before the task started")
+            sup.end_unstarted(Reason.CANCELLED, f"{owner} exited before the task started")
         running = [s for s in self._supervisors.values() if s.running]
         if kill and running:
             grace = min(float(self.config.halt_grace), self.tuning.exit_grace)
             for sup in running:
-                sup.request_stop(Reason.CANCELLED, "halted because Neovim exited")
+                sup.request_stop(Reason.CANCELLED, f"halted because {owner} exited")
             await asyncio.gather(
                 *(s.proc.terminate(grace) for s in running if s.proc is not None),
                 return_exceptions=True,

@@ -258,12 +258,13 @@ class TaskManager(TaskEngine):
         """Remove finished tasks past retention: rows and log directories."""
         return await self.retention.purge(now)
 
-    async def shutdown(self, kill: bool) -> None:
-        """Stop the engine (Neovim is exiting). Queued tasks are cancelled.
+    async def shutdown(self, kill: bool, owner: str = "Neovim") -> None:
+        """Stop the engine (its `owner`, Neovim or the MCP server, is exiting).
+        Queued tasks are cancelled.
 
         kill=True: this instance's running tasks are halted, quickly: SIGTERM
         to every group at once, SIGKILL after `exit_grace` seconds.
         kill=False: they keep running; a later host recovers them.
         """
         self.retention.stop()
-        await self.stop_supervising(kill)
+        await self.stop_supervising(kill, owner)
