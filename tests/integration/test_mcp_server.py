@@ -308,6 +308,26 @@ async def test_kill_9_mid_task_then_a_new_server_recovers_it(env):
     assert head(done)["status"] == "completed" and head(done)["summary"] == "survived"
 
 
+async def test_a_live_server_takes_over_the_task_of_one_killed_with_9(env):
+    """A server already running when another was killed outright awaited the
+    dead one's task as `running` for ever (only a new server took stock); it
+    now takes stock itself when the owner is gone."""
+    state, work = env
+    marker = work / "release"
+    async with connect(server_params(state, work)) as live:
+        async with connect(server_params(state, work)) as doomed:
+            command = wait_cmd(marker, "echo finished-ok")
+            text, _ = await call(doomed, "run", {"command": command, "async": True})
+            token = head(text)["task"]
+            server_pid = int(stored(state, token).owner.split(":")[0])
+            os.kill(server_pid, signal.SIGKILL)
+            await until(lambda: not os.path.exists(f"/proc/{server_pid}"), timeout=10)
+        marker.touch()
+        done, _ = await call(live, "await", {"task": token})
+    assert head(done)["status"] == "completed" and head(done)["summary"] == "finished-ok"
+    assert stored(state, token).status.value == "completed"
+
+
 @pytest.mark.slow
 async def test_exit_halts_the_servers_tasks_unless_told_to_keep_them(env):
     state, work = env

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from . import recovery
 from .engine import EVENT_KINDS, TaskEngine, TaskEvent
 from .groups import KILL_WAIT
+from .identity import owner_alive
 from .model import ACTIVE, Reason, Task, TaskStatus, is_token
 from .output import FilterPattern
 from .output_reads import STDERR_KEY, OutputRead, ReadRequest, read_output
@@ -180,13 +181,31 @@ class TaskManager(TaskEngine):
             raise TaskNotFound(token)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        looked = False  # for an owner that died (once a call: recovery is not free)
         while task.status in ACTIVE and sup is None:
+            if not looked and await self.adopt_if_orphaned(task):
+                task, sup = self.get(token) or task, self.supervisor(token)
+                if sup is not None:  # adopted: followed as this instance's own
+                    left = None if deadline is None else max(0.0, deadline - loop.time())
+                    return await self.wait(token, left)
+                looked = True
+                continue
             if deadline is not None and loop.time() >= deadline:
                 break
             left = OTHER_INSTANCE_POLL if deadline is None else deadline - loop.time()
             await asyncio.sleep(max(0.0, min(OTHER_INSTANCE_POLL, left)))
             task = self.get(token) or task
         return task
+
+    async def adopt_if_orphaned(self, task: Task) -> bool:
+        """A task of another instance whose owner died (a server killed with -9)
+        stays `running` in the store until someone takes stock: when its owner is
+        gone, recovery runs here now (the task is adopted, or its recorded end
+        written), as at start-up. True when it ran."""
+        if task.status not in ACTIVE or task.owner == self.owner or owner_alive(task.owner):
+            return False
+        await recovery.recover(self)
+        return True
 
     async def halt(self, token: str, reason: str = Reason.CANCELLED) -> Task:
         """Cancel a task: a queued one at once; a running one by SIGTERM to its
