@@ -619,8 +619,9 @@ async def test_recovery_never_trusts_a_bare_pid(tasks_state, tmp_path):
 async def test_halt_from_another_instance(tasks_state, tmp_path):
     db = os.path.join(tasks_state, "tasks.db")
     store_a, store_b = SqliteStore(db), SqliteStore(db)
-    a = make_manager(store_a, tasks_state, owner="100:a")
-    b = make_manager(store_b, tasks_state, owner="200:b")
+    # two live instances (a dead owner's task would be taken over by a wait)
+    a = make_manager(store_a, tasks_state, owner=ME)
+    b = make_manager(store_b, tasks_state, owner=identity.owner_token(os.getppid()))
     try:
         t = await a.submit(spec("echo ready; sleep 1000", cwd=str(tmp_path)))
         await until(lambda: "ready" in read(t.log_path))
