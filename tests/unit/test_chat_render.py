@@ -226,6 +226,17 @@ def test_truncate_tail_no_cut():
     assert truncate_tail("", 0, None) == ""
 
 
+def test_a_cut_after_a_tail_read_counts_both_in_one_line():
+    """A 300 MB output's result said "[... 11716 earlier lines truncated ...]": the
+    line cut dropped the tail read's own note of the bytes it had left out."""
+    text = "[... 300000000 earlier bytes not shown; full log: /log]\n" + "\n".join(
+        f"l{i}" for i in range(10)
+    )
+    assert truncate_tail(text, 3, "/log") == (
+        "[... 300000000 earlier bytes and 7 earlier lines not shown; full output: /log]\nl7\nl8\nl9"
+    )
+
+
 def test_truncate_tail_cut_with_path():
     text = "\n".join(str(i) for i in range(1, 1235 + 200))
     out = truncate_tail(text, 200, "/state/tasks/abc123/stdout")

@@ -89,6 +89,10 @@ def new_call_id(taken: set[str]) -> str:
             return call_id
 
 
+# The first line of a result whose tail alone was read (run_terminal_command)
+_SKIPPED_BYTES = re.compile(r"\[\.\.\. (\d+) earlier bytes not shown; full log: .*\]")
+
+
 def truncate_tail(text: str, max_lines: int, log_path: str | None) -> str:
     """Keep the last ``max_lines`` lines of ``text``; say how many were cut and where all is.
 
@@ -102,8 +106,12 @@ def truncate_tail(text: str, max_lines: int, log_path: str | None) -> str:
     if not text or len(lines) <= max_lines:
         return text
     cut = len(lines) - max_lines
-    word = "line" if cut == 1 else "lines"
-    note = f"[... {cut} earlier {word} truncated"
+    skipped = _SKIPPED_BYTES.fullmatch(lines[0])  # the tail read said what it left out
+    shown_cut = cut - 1 if skipped else cut
+    word = "line" if shown_cut == 1 else "lines"
+    note = f"[... {shown_cut} earlier {word} truncated"
+    if skipped:
+        note = f"[... {skipped[1]} earlier bytes and {shown_cut} earlier {word} not shown"
     note += f"; full output: {log_path}]" if log_path else "]"
     kept = lines[cut:]
     out = "\n".join([note, *kept])
