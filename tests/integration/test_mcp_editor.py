@@ -167,6 +167,27 @@ def test_a_task_whose_server_was_killed_is_recovered_by_neovim(editor, agent):
     assert done["exit_code"] == 0 and done["chat"] == "mcp:pytest-agent"
 
 
+def test_a_running_neovim_takes_over_the_task_of_a_server_killed_meanwhile(editor, agent):
+    """A server killed with -9 while the task list is open: its task showed ⟳
+    for ever (only a host that started later took stock)."""
+    editor.setup()
+    editor.lua("require('sidekick_tools').list_tasks()")  # the host runs
+    marker = editor.workdir / "release"
+    client = agent()
+    text, _ = client.call("run", {"command": wait_cmd(marker, "echo taken"), "async": True})
+    token = head(text)["task"]
+    server_pid = int(stored(editor, token).owner.split(":")[0])
+    os.kill(server_pid, signal.SIGKILL)
+    wait_for(lambda: not os.path.exists(f"/proc/{server_pid}"), timeout=10)
+    marker.touch()
+
+    def ended():
+        row = next((t for t in all_tasks(editor) if t["id"] == token), {})  # lists: takes stock
+        return row if row.get("status") == "completed" else None
+
+    assert wait_for(ended, timeout=20)["exit_code"] == 0
+
+
 def test_neovims_own_tasks_reach_mcp_only_when_shared(editor, agent):
     marker = editor.workdir / "release"
     editor.setup(tasks={"hybrid_threshold": 0.2})

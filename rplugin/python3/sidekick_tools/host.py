@@ -262,6 +262,7 @@ class Host:
             limit=int(opts.get("limit") or 100),
             offset=int(opts.get("offset") or 0),
         )
+        self.tasks.adopt_orphans_among(tasks)
         return [task_view(t) for t in tasks]
 
     @rpc.request

@@ -69,6 +69,8 @@ class TaskManager(TaskEngine):
     """The public API: submit, get/list/count, wait, halt, read_output, recover,
     purge, shutdown (and, from the engine, subscribe, configure, settings)."""
 
+    _adopting: asyncio.Future[None] | None = None  # recovery run for a listed orphan
+
     # -- starting -------------------------------------------------------------------------
 
     async def submit(self, spec: TaskSpec) -> Task:
@@ -196,6 +198,23 @@ class TaskManager(TaskEngine):
             await asyncio.sleep(max(0.0, min(OTHER_INSTANCE_POLL, left)))
             task = self.get(token) or task
         return task
+
+    def adopt_orphans_among(self, tasks: list[Task]) -> None:
+        """Tasks just listed (the tasks window asks every few seconds): when one
+        of another instance has lost its owner, recovery runs soon, one at a
+        time, so that the list shows it go on under this instance, or end,
+        instead of `running` for ever."""
+        if self._adopting is not None and not self._adopting.done():
+            return
+        seen: dict[str, bool] = {}
+        for task in tasks:
+            if task.status not in ACTIVE or task.owner == self.owner:
+                continue
+            if task.owner not in seen:
+                seen[task.owner] = owner_alive(task.owner)
+            if not seen[task.owner]:
+                self._adopting = asyncio.ensure_future(recovery.recover(self))
+                return
 
     async def adopt_if_orphaned(self, task: Task) -> bool:
         """A task of another instance whose owner died (a server killed with -9)
