@@ -143,15 +143,19 @@ def test_an_agents_task_is_listed_live_and_halted_from_neovim(editor, agent):
     wait_for(lambda: any(token in x and x.startswith("⊘") for x in editor.lines()), timeout=10)
 
 
-def test_a_task_whose_server_was_killed_is_recovered_by_neovim(editor, agent):
-    marker = editor.workdir / "release"
-    client = agent()
-    text, _ = client.call("run", {"command": wait_cmd(marker, "echo recovered"), "async": True})
+def orphaned_task(editor, agent, marker) -> str:
+    """A task waiting for `marker`, whose MCP server was then killed with -9."""
+    text, _ = agent().call("run", {"command": wait_cmd(marker, "echo recovered"), "async": True})
     token = head(text)["task"]
     server_pid = int(stored(editor, token).owner.split(":")[0])
     os.kill(server_pid, signal.SIGKILL)
     wait_for(lambda: not os.path.exists(f"/proc/{server_pid}"), timeout=10)
+    return token
 
+
+def test_a_task_whose_server_was_killed_is_recovered_by_neovim(editor, agent):
+    marker = editor.workdir / "release"
+    token = orphaned_task(editor, agent, marker)
     editor.setup()
     row = next(t for t in all_tasks(editor) if t["id"] == token)  # starts the host: recovery
     assert row["status"] == "running"
@@ -173,12 +177,7 @@ def test_a_running_neovim_takes_over_the_task_of_a_server_killed_meanwhile(edito
     editor.setup()
     editor.lua("require('sidekick_tools').list_tasks()")  # the host runs
     marker = editor.workdir / "release"
-    client = agent()
-    text, _ = client.call("run", {"command": wait_cmd(marker, "echo taken"), "async": True})
-    token = head(text)["task"]
-    server_pid = int(stored(editor, token).owner.split(":")[0])
-    os.kill(server_pid, signal.SIGKILL)
-    wait_for(lambda: not os.path.exists(f"/proc/{server_pid}"), timeout=10)
+    token = orphaned_task(editor, agent, marker)
     marker.touch()
 
     def ended():

@@ -169,20 +169,20 @@ def quit_editor(editor) -> None:
         pass  # Neovim is gone before it could answer
 
 
-def start_two(editor, marker) -> None:
-    editor.open_chat(
-        chat(
-            call_block("run_terminal_command", {"command": gated(marker), "async": True}, "a"),
-            call_block("run_terminal_command", {"command": gated(marker), "async": True}, "b"),
-        )
-    )
+def start_background(editor, marker, ids: str = "ab") -> None:
+    """Background calls (`a` and `b` by default), running when it returns."""
+    calls = [
+        call_block("run_terminal_command", {"command": gated(marker), "async": True}, i)
+        for i in ids
+    ]
+    editor.open_chat(chat(*calls))
     editor.nvim.command("SidekickRunTools!")
-    wait_for(lambda: editor.text().count("status=running task=") == 2)
+    wait_for(lambda: editor.text().count("status=running task=") == len(ids))
 
 
 def test_quitting_says_how_many_running_tasks_are_halted(editor, tmp_path):
     editor.setup()
-    start_two(editor, editor.workdir / "never")
+    start_background(editor, editor.workdir / "never")
     notes = tmp_path / "notes.txt"
     record_notes_to(editor, notes)
     quit_editor(editor)
@@ -201,42 +201,23 @@ def test_quitting_says_how_many_running_tasks_are_halted(editor, tmp_path):
     wait_for(lambda: statuses() == ["cancelled", "cancelled"])
 
 
-def test_quitting_without_kill_on_exit_says_they_go_on(editor, tmp_path):
+@pytest.mark.parametrize(
+    ("ids", "said"), [("ab", "2 running tasks go on"), ("a", "1 running task goes on")]
+)
+def test_quitting_without_kill_on_exit_says_they_go_on(editor, tmp_path, ids, said):
     editor.setup(tasks={"kill_on_exit": False})
     marker = editor.workdir / "release"
-    start_two(editor, marker)
+    start_background(editor, marker, ids)
     notes = tmp_path / "notes.txt"
     record_notes_to(editor, notes)
     try:
         quit_editor(editor)
         wait_for(lambda: notes.exists() and notes.read_text())
         assert notes.read_text() == (
-            "sidekick_tools: Neovim is exiting: 2 running tasks go on "
-            "(tasks.kill_on_exit = false)\n"
+            f"sidekick_tools: Neovim is exiting: {said} (tasks.kill_on_exit = false)\n"
         )
     finally:
         marker.write_text("")  # let them end
-
-
-def test_quitting_without_kill_on_exit_says_the_one_task_goes_on(editor, tmp_path):
-    editor.setup(tasks={"kill_on_exit": False})
-    marker = editor.workdir / "release"
-    editor.open_chat(
-        chat(call_block("run_terminal_command", {"command": gated(marker), "async": True}, "a"))
-    )
-    editor.nvim.command("SidekickRunTools!")
-    editor.wait_text("status=running task=")
-    notes = tmp_path / "notes.txt"
-    record_notes_to(editor, notes)
-    try:
-        quit_editor(editor)
-        wait_for(lambda: notes.exists() and notes.read_text())
-        assert notes.read_text() == (
-            "sidekick_tools: Neovim is exiting: 1 running task goes on "
-            "(tasks.kill_on_exit = false)\n"
-        )
-    finally:
-        marker.write_text("")  # let it end
 
 
 def test_quitting_with_nothing_running_says_nothing(editor, tmp_path):
