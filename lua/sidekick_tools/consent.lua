@@ -8,12 +8,14 @@ local function describe(p)
   local line = string.format("  %s  %s", p.tool ~= "" and p.tool or "tool", p.what or "")
   if type(p.problem) == "string" and p.problem ~= "" then
     line = line .. "  (problem: " .. p.problem .. ")"
+  elseif type(p.why) == "string" and p.why ~= "" then
+    line = line .. "  (" .. p.why .. ")" -- why the policy does not run it unasked
   end
   return line
 end
 
 --- The question's text for the host's `plan` answer.
----@param plan table[] { id, tool, what, verdict = "approve"|"ask"|"deny", problem }
+---@param plan table[] { id, tool, what, verdict = "approve"|"ask"|"deny", problem, why }
 ---@return string message
 function M.message(plan)
   local ask, denied = {}, {}

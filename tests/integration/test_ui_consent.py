@@ -134,7 +134,7 @@ def test_run_tools_asks_once_for_the_calls_that_need_consent(editor):
     editor.nvim.input(":SidekickRunTools\r")
     dialog = screen.dialog(1)
     assert "Run 4 pending tool calls? These 3 need your consent:" in dialog
-    assert "run_terminal_command  touch made.txt" in dialog
+    assert "run_terminal_command  touch made.txt  (touch is not a safe command)" in dialog
     assert 'write_file  {"content": "W"} (path="w.txt")' in dialog
     assert "(problem:" in dialog and "command" in dialog.split("(problem:", 1)[1]
     assert "1 other runs without asking." in dialog
@@ -315,7 +315,7 @@ def test_the_question_says_where_a_write_really_goes(editor):
     editor.nvim.input(":SidekickRunTools\r")
     dialog = screen.dialog(1)
     assert f"[outside the working directory: {outside / '.bashrc'}]" in dialog
-    assert "ls<U+00A0>-la" in dialog
+    assert "ls<U+00A0>-la  (it contains the character U+00A0, which is not plain text)" in dialog
     editor.nvim.input("c")
     wait_for(lambda: [n for n in editor.notifications() if "nothing was run" in n])
     assert not (outside / ".bashrc").exists()

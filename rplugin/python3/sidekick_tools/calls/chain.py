@@ -18,7 +18,7 @@ from typing import Any
 from ..chat import ToolCall
 from ..chat.edits import describe, locate
 from ..tools.base import ToolResult
-from ..tools.policy import judge, outside_note
+from ..tools.policy import judge, outside_note, why_asked
 from .context import CallContext
 from .execute import STRUCTURAL, CallExecutor, denied
 from .follow import TaskFollower
@@ -120,9 +120,9 @@ class CallChain:
     async def plan(self, buf: int, cwd: str) -> list[dict[str, Any]]:
         """What `run_tools` would do with each pending call of the last assistant
         message: ``verdict`` "approve" (the policy runs it by itself), "ask" (it
-        needs the user's consent) or "deny" (the policy refuses it); a broken
-        call says its ``problem``. Calls written without an id get one here, so
-        the user's answer can name them (`run_tools(..., ids)`)."""
+        needs the user's consent; a command says ``why``) or "deny" (the policy
+        refuses it); a broken call says its ``problem``. Calls written without an
+        id get one here, so the user's answer can name them (`run_tools(..., ids)`)."""
         await self.marks.give_ids(buf)
         mirror = await self.marks.mirror(buf)
         message = mirror.chat().last_assistant()
@@ -132,10 +132,12 @@ class CallChain:
                 continue
             problem = call_problem(call)
             ctx = self.executor.context(cwd, mirror.name, call.call_id or "")
-            verdict = "ask"
+            verdict, why = "ask", None
             if not problem:
                 answer = await self.executor.ask_policy(call, ctx)
                 verdict = await judge(call.tool, call.params or {}, ctx, answer)
+                if verdict == "ask":
+                    why = await why_asked(call.tool, call.params, ctx)
             out.append(
                 {
                     "id": call.call_id or "",
@@ -144,6 +146,7 @@ class CallChain:
                     "verdict": verdict,
                     "what": describe(call) + outside_note(call.params, cwd),
                     "problem": problem or None,
+                    "why": why,
                 }
             )
         return out

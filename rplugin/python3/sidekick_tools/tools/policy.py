@@ -82,6 +82,17 @@ async def judge(
     return decide(tool_name, params, ctx, policy_answer)
 
 
+async def why_asked(tool_name: str, params: Any, ctx: ToolContext) -> str | None:
+    """For a consent question: why a command would not run unasked (the command
+    policy's reason: "touch is not a safe command"); None for other tools."""
+    if tool_name != "run_terminal_command" or not isinstance(params, dict):
+        return None
+    from .run_terminal_command import auto_verdict  # late: it imports the registry
+
+    verdict = await asyncio.to_thread(auto_verdict, params, ctx)
+    return None if verdict.approved else verdict.reason or None
+
+
 def outside_note(params: Any, cwd: str) -> str:
     """For a consent question: where a call's ``path``, ``paths`` or ``cwd``
     really leads when that is outside ``cwd`` (through ``..``, an absolute path
