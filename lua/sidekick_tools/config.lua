@@ -120,7 +120,13 @@ M.options = {
     "Seconds a call waits before its task goes to the background",
     min = 0,
   },
-  { "tasks.default_timeout", 1800, "number", "Seconds before a task is killed (reason=timeout)" },
+  {
+    "tasks.default_timeout",
+    1800,
+    "number",
+    "Seconds before a task is killed (reason=timeout); 0: never",
+    min = 0,
+  },
   {
     "tasks.await_timeout",
     55,
@@ -217,7 +223,9 @@ M.options = {
     "auto_accept.timeout",
     120,
     "number",
-    "Seconds a command run without asking may last (the smaller of this and its own)",
+    "Seconds a command run without asking may last (the smaller of this and its own); "
+      .. "0: only tasks.default_timeout",
+    min = 0,
   },
   {
     "auto_accept.policy",

@@ -202,6 +202,8 @@ SETUP_ERROR = (
         ({"result": {"max_lines": 0}}, "option result.max_lines must be at least 1, got 0"),
         ({"chat": {"model": "nomodel"}}, 'chat.model must be provider/model, such as "'),
         ({"chat": {"model": "a/b c"}}, "chat.model must be provider/model"),
+        ({"tasks": {"default_timeout": -1}}, "option tasks.default_timeout must be at least 0"),
+        ({"auto_accept": {"timeout": -5}}, "option auto_accept.timeout must be at least 0"),
     ],
 )
 def test_setup_rejects_wrong_values_with_the_options_name(editor, opts, said):
