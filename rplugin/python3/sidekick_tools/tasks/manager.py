@@ -70,6 +70,15 @@ class TaskManager(TaskEngine):
     purge, shutdown (and, from the engine, subscribe, configure, settings)."""
 
     _adopting: asyncio.Future[None] | None = None  # recovery run for a listed orphan
+    _stocktaking: asyncio.Lock | None = None  # one recovery at a time
+
+    async def _take_stock(self) -> None:
+        """`recovery.recover`, never two at once: the start-up's and a list's or a
+        wait's would both adopt the same dead owner's task."""
+        if self._stocktaking is None:
+            self._stocktaking = asyncio.Lock()
+        async with self._stocktaking:
+            await recovery.recover(self)
 
     # -- starting -------------------------------------------------------------------------
 
@@ -206,6 +215,8 @@ class TaskManager(TaskEngine):
         instead of `running` for ever."""
         if self._adopting is not None and not self._adopting.done():
             return
+        if self._stocktaking is not None and self._stocktaking.locked():
+            return  # stock is being taken (at start-up): it sees them
         seen: dict[str, bool] = {}
         for task in tasks:
             if task.status not in ACTIVE or task.owner == self.owner:
@@ -213,7 +224,7 @@ class TaskManager(TaskEngine):
             if task.owner not in seen:
                 seen[task.owner] = owner_alive(task.owner)
             if not seen[task.owner]:
-                self._adopting = asyncio.ensure_future(recovery.recover(self))
+                self._adopting = asyncio.ensure_future(self._take_stock())
                 return
 
     async def adopt_if_orphaned(self, task: Task) -> bool:
@@ -223,7 +234,7 @@ class TaskManager(TaskEngine):
         written), as at start-up. True when it ran."""
         if task.status not in ACTIVE or task.owner == self.owner or owner_alive(task.owner):
             return False
-        await recovery.recover(self)
+        await self._take_stock()
         return True
 
     async def halt(self, token: str, reason: str = Reason.CANCELLED) -> Task:
@@ -288,7 +299,7 @@ class TaskManager(TaskEngine):
         """At host start: take stock of unfinished tasks (`recovery.py`), purge
         old ones, and purge every `purge_interval` from now on."""
         self.ensure_tasks_dir()
-        await recovery.recover(self)
+        await self._take_stock()
         await self.purge()
         self.retention.start()
 
