@@ -18,7 +18,7 @@ from typing import Any
 from ..chat import ToolCall
 from ..chat.edits import describe, locate
 from ..tools.base import ToolResult
-from ..tools.policy import judge, outside_note, why_asked
+from ..tools.policy import judge, judge_why, outside_note
 from .context import CallContext
 from .execute import STRUCTURAL, CallExecutor, denied
 from .follow import TaskFollower
@@ -135,9 +135,7 @@ class CallChain:
             verdict, why = "ask", None
             if not problem:
                 answer = await self.executor.ask_policy(call, ctx)
-                verdict = await judge(call.tool, call.params or {}, ctx, answer)
-                if verdict == "ask":
-                    why = await why_asked(call.tool, call.params, ctx)
+                verdict, why = await judge_why(call.tool, call.params or {}, ctx, answer)
             out.append(
                 {
                     "id": call.call_id or "",

@@ -50,47 +50,59 @@ def decide(
     ctx: ToolContext,
     policy_answer: str | None = None,
 ) -> str:
+    return decide_why(tool_name, params, ctx, policy_answer)[0]
+
+
+def decide_why(
+    tool_name: str, params: Any, ctx: ToolContext, policy_answer: str | None = None
+) -> tuple[str, str | None]:
+    """`decide`, and for a command it asks about, why: the command policy's
+    reason ("touch is not a safe command"), which a consent question shows."""
     if isinstance(policy_answer, str) and policy_answer.strip().lower() in (APPROVE, DENY):
-        return policy_answer.strip().lower()
+        return policy_answer.strip().lower(), None
 
     from . import REGISTRY, check_call  # late: the registry imports every tool
 
     tool = REGISTRY.get(tool_name)
     if tool is None or not isinstance(params, dict) or check_call(tool_name, params):
-        return ASK
+        return ASK, None
 
     config = ctx.config
     if tool_name == "use_agent":
         name = params.get("agent")
         agent = config.agents.get(name) if isinstance(name, str) else None
-        return APPROVE if agent is not None and agent.auto_accept else ASK
-    if tool_name != "run_terminal_command" and tool_name not in config.auto_accept.tools:
-        return ASK
+        return APPROVE if agent is not None and agent.auto_accept else ASK, None
+    if tool_name == "run_terminal_command":
+        from .run_terminal_command import auto_verdict  # its auto_accept, with the reason
+
+        try:
+            verdict = auto_verdict(params, ctx)
+        except Exception:
+            return ASK, None
+        return (APPROVE, None) if verdict.approved else (ASK, verdict.reason or None)
+    if tool_name not in config.auto_accept.tools:
+        return ASK, None
     try:
         accepted = bool(tool.auto_accept(params, ctx))
     except Exception:
         accepted = False
-    return APPROVE if accepted else ASK
+    return APPROVE if accepted else ASK, None
 
 
 async def judge(
     tool_name: str, params: Any, ctx: ToolContext, policy_answer: str | None = None
 ) -> str:
     """`decide`, in a worker thread for a terminal command (the module docstring says why)."""
+    return (await judge_why(tool_name, params, ctx, policy_answer))[0]
+
+
+async def judge_why(
+    tool_name: str, params: Any, ctx: ToolContext, policy_answer: str | None = None
+) -> tuple[str, str | None]:
+    """`decide_why`, in a worker thread for a terminal command."""
     if tool_name == "run_terminal_command":
-        return await asyncio.to_thread(decide, tool_name, params, ctx, policy_answer)
-    return decide(tool_name, params, ctx, policy_answer)
-
-
-async def why_asked(tool_name: str, params: Any, ctx: ToolContext) -> str | None:
-    """For a consent question: why a command would not run unasked (the command
-    policy's reason: "touch is not a safe command"); None for other tools."""
-    if tool_name != "run_terminal_command" or not isinstance(params, dict):
-        return None
-    from .run_terminal_command import auto_verdict  # late: it imports the registry
-
-    verdict = await asyncio.to_thread(auto_verdict, params, ctx)
-    return None if verdict.approved else verdict.reason or None
+        return await asyncio.to_thread(decide_why, tool_name, params, ctx, policy_answer)
+    return decide_why(tool_name, params, ctx, policy_answer)
 
 
 def outside_note(params: Any, cwd: str) -> str:
