@@ -217,25 +217,27 @@ class TaskManager(TaskEngine):
             return
         if self._stocktaking is not None and self._stocktaking.locked():
             return  # stock is being taken (at start-up): it sees them
-        seen: dict[str, bool] = {}
-        for task in tasks:
-            if task.status not in ACTIVE or task.owner == self.owner:
-                continue
-            if task.owner not in seen:
-                seen[task.owner] = owner_alive(task.owner)
-            if not seen[task.owner]:
-                self._adopting = asyncio.ensure_future(self._take_stock())
-                return
+        alive: dict[str, bool] = {}  # each owner looked at once
+        if any(self._orphaned(task, alive) for task in tasks):
+            self._adopting = asyncio.ensure_future(self._take_stock())
 
     async def adopt_if_orphaned(self, task: Task) -> bool:
         """A task of another instance whose owner died (a server killed with -9)
         stays `running` in the store until someone takes stock: when its owner is
         gone, recovery runs here now (the task is adopted, or its recorded end
         written), as at start-up. True when it ran."""
-        if task.status not in ACTIVE or task.owner == self.owner or owner_alive(task.owner):
+        if not self._orphaned(task, {}):
             return False
         await self._take_stock()
         return True
+
+    def _orphaned(self, task: Task, alive: dict[str, bool]) -> bool:
+        """`task` is unfinished, another instance's, and that owner is gone."""
+        if task.status not in ACTIVE or task.owner == self.owner:
+            return False
+        if task.owner not in alive:
+            alive[task.owner] = owner_alive(task.owner)
+        return not alive[task.owner]
 
     async def halt(self, token: str, reason: str = Reason.CANCELLED) -> Task:
         """Cancel a task: a queued one at once; a running one by SIGTERM to its
