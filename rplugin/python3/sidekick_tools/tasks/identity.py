@@ -96,3 +96,11 @@ def parse_owner(owner: str) -> tuple[int, str] | None:
 def owner_alive(owner: str) -> bool:
     parsed = parse_owner(owner)
     return parsed is not None and is_alive(parsed[0], parsed[1])
+
+
+def owner_gone(owner: str, seen: dict[str, bool]) -> bool:
+    """`owner` (a Neovim's or MCP server's) no longer runs; `seen` keeps each
+    owner's answer, so a list of tasks looks at each owner once."""
+    if owner not in seen:
+        seen[owner] = not owner_alive(owner)
+    return seen[owner]

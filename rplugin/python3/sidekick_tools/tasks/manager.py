@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from . import recovery
 from .engine import EVENT_KINDS, TaskEngine, TaskEvent
 from .groups import KILL_WAIT
-from .identity import owner_alive
+from .identity import owner_gone
 from .model import ACTIVE, Reason, Task, TaskStatus, is_token
 from .output import FilterPattern
 from .output_reads import STDERR_KEY, OutputRead, ReadRequest, read_output
@@ -217,8 +217,8 @@ class TaskManager(TaskEngine):
             return
         if self._stocktaking is not None and self._stocktaking.locked():
             return  # stock is being taken (at start-up): it sees them
-        alive: dict[str, bool] = {}  # each owner looked at once
-        if any(self._orphaned(task, alive) for task in tasks):
+        gone: dict[str, bool] = {}  # each owner looked at once
+        if any(self._orphaned(task, gone) for task in tasks):
             self._adopting = asyncio.ensure_future(self._take_stock())
 
     async def adopt_if_orphaned(self, task: Task) -> bool:
@@ -231,13 +231,9 @@ class TaskManager(TaskEngine):
         await self._take_stock()
         return True
 
-    def _orphaned(self, task: Task, alive: dict[str, bool]) -> bool:
+    def _orphaned(self, task: Task, gone: dict[str, bool]) -> bool:
         """`task` is unfinished, another instance's, and that owner is gone."""
-        if task.status not in ACTIVE or task.owner == self.owner:
-            return False
-        if task.owner not in alive:
-            alive[task.owner] = owner_alive(task.owner)
-        return not alive[task.owner]
+        return task.status in ACTIVE and task.owner != self.owner and owner_gone(task.owner, gone)
 
     async def halt(self, token: str, reason: str = Reason.CANCELLED) -> Task:
         """Cancel a task: a queued one at once; a running one by SIGTERM to its

@@ -15,7 +15,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from .identity import is_alive, owner_alive
+from .identity import is_alive, owner_gone
 from .log_follower import LogFollower
 from .log_limit import LIMIT_ERROR, cut_at_exit
 from .model import ACTIVE, Reason, Task, TaskStatus, transition
@@ -37,15 +37,12 @@ async def recover(engine: TaskEngine) -> None:
     except StoreError:
         log.exception("recovery skipped: the task store cannot be read")
         return
-    owners_alive: dict[str, bool] = {}
+    gone: dict[str, bool] = {}
     for task in unfinished:
         if engine.supervises(task.id):
             continue
-        if task.owner != engine.owner:
-            if task.owner not in owners_alive:
-                owners_alive[task.owner] = owner_alive(task.owner)
-            if owners_alive[task.owner]:
-                continue  # a live Neovim's (or MCP server's) task: not ours to touch
+        if task.owner != engine.owner and not owner_gone(task.owner, gone):
+            continue  # a live Neovim's (or MCP server's) task: not ours to touch
         try:
             await _recover_one(engine, task)
         except StoreError:
