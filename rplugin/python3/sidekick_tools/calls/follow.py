@@ -164,6 +164,9 @@ class TaskFollower:
                 continue
             tracked.background = True
             self.ctx.registry.bind(tracked, token)
+            # Looked at again: it may have ended while `prepare` waited on Neovim,
+            # and that end's event came before the call was followed.
+            task = self.ctx.tasks.get(token) or task
             if task.terminal:
                 await self.finish(tracked, task)
             else:
