@@ -1,12 +1,18 @@
 -- A reply streaming into a chat is a region of rows, from its ASSISTANT: line,
 -- kept by an extmark range that grows with what is appended at its end. The
--- host sends edits relative to the region's first row; one that finds the region
--- not as the host left it (the user edited inside the reply) is dropped, and
--- the region is written whole when the reply ends.
+-- host sends edits relative to the region's first row. A region whose mark a
+-- whole-buffer rewrite swept away is found again by its first row; an edit
+-- that still finds the region not as the host left it (the user edited inside
+-- the reply) is dropped, and the region is written whole when the reply ends.
 local M = {}
 
 M.ns = vim.api.nvim_create_namespace("sidekick_tools_reply")
 local desynced = {} ---@type table<integer, boolean> reply mark -> edits dropped
+-- What each reply's region held after its last edit: its first row (the
+-- ASSISTANT: line) and its number of rows. A command that replaces every line
+-- (`:%!fmt`, what a formatter does) leaves no extmark where it was; these find
+-- the reply again.
+local known = {} ---@type table<integer, { header: string, rows: integer }>
 
 --- First and last row of reply `mark`, or nil when it is gone.
 ---@return integer|nil, integer|nil
@@ -78,44 +84,105 @@ local function follow(buf, row)
   end
 end
 
-function M.open(buf, mark, row)
-  local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
-  vim.api.nvim_buf_set_extmark(buf, M.ns, row, 0, {
+-- Put reply `mark`'s region on rows [first, last].
+local function place(buf, mark, first, last)
+  local line = vim.api.nvim_buf_get_lines(buf, last, last + 1, false)[1] or ""
+  vim.api.nvim_buf_set_extmark(buf, M.ns, first, 0, {
     id = mark,
-    end_row = row,
+    end_row = last,
     end_col = #line,
     right_gravity = false,
     end_right_gravity = true,
     undo_restore = false,
   })
+end
+
+-- Remember what the region of `mark` now holds.
+local function note_region(buf, mark)
+  local first, last = M.rows(buf, mark)
+  if first then
+    local header = vim.api.nvim_buf_get_lines(buf, first, first + 1, false)[1] or ""
+    known[mark] = { header = header, rows = last - first + 1 }
+  end
+end
+
+--- Find reply `mark` again when its region is not as it was left: the last
+--- ASSISTANT: line that reads as its first row did, with room below it for
+--- its rows, becomes its region. False when there is none.
+local function relocate(buf, mark)
+  local k = known[mark]
+  if not k or not k.header:match("^ASSISTANT:") then
+    return false
+  end
+  local first = M.rows(buf, mark)
+  if first and (vim.api.nvim_buf_get_lines(buf, first, first + 1, false)[1] == k.header) then
+    return false -- it starts where it should: what differs is the user's edit
+  end
+  local count = vim.api.nvim_buf_line_count(buf)
+  local step, found = 512, nil
+  for from = 0, count - 1, step do
+    local chunk = vim.api.nvim_buf_get_lines(buf, from, math.min(from + step, count), false)
+    for i, line in ipairs(chunk) do
+      local row = from + i - 1
+      if line == k.header and row + k.rows <= count then
+        found = row
+      end
+    end
+  end
+  if not found then
+    return false
+  end
+  place(buf, mark, found, found + k.rows - 1)
+  return true
+end
+
+function M.open(buf, mark, row)
+  place(buf, mark, row, row)
   desynced[mark] = nil
+  note_region(buf, mark)
   follow(buf, row)
 end
 
 --- One streamed edit { start_row, start_col, end_row, end_col, lines } relative
 --- to the region; `expect` is what its first row held, `rows` the region's size.
+-- Whether the region of `mark` is as the host left it: `rows` rows, `expect`
+-- on row `at` of it.
+local function as_left(buf, mark, at, expect, rows)
+  local first, last = M.rows(buf, mark)
+  if first == nil or last - first + 1 ~= rows then
+    return nil
+  end
+  return vim.api.nvim_buf_get_lines(buf, first + at, first + at + 1, false)[1] == expect and first
+    or nil
+end
+
 function M.edit(buf, mark, e, expect, rows)
   if desynced[mark] then
     return
   end
-  local first, last = M.rows(buf, mark)
-  local ok = first ~= nil and last - first + 1 == rows
-  if ok then
-    local row = first + e[1]
-    ok = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] == expect
+  local first = as_left(buf, mark, e[1], expect, rows)
+  if not first and relocate(buf, mark) then
+    first = as_left(buf, mark, e[1], expect, rows)
   end
+  local ok = first ~= nil
+    and edit(buf, vim.api.nvim_buf_set_text, buf, first + e[1], e[2], first + e[3], e[4], e[5])
   if ok then
-    ok = edit(buf, vim.api.nvim_buf_set_text, buf, first + e[1], e[2], first + e[3], e[4], e[5])
-  end
-  if not ok then
+    if e[1] == 0 or known[mark] == nil then
+      note_region(buf, mark)
+    else
+      known[mark].rows = rows + #e[5] - 1 - (e[3] - e[1])
+    end
+  else
     desynced[mark] = true
   end
 end
 
 --- The reply ended: its region becomes exactly `lines`. False when the region is gone.
 function M.close(buf, mark, lines)
+  relocate(buf, mark)
   local first, last = M.rows(buf, mark)
   desynced[mark] = nil
+  known[mark] = nil
   if not first then
     return false
   end

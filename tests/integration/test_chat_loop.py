@@ -503,3 +503,28 @@ def test_half_a_surrogate_pair_in_a_reply_loses_nothing(editor, fake, kind):
     editor.wait_text("```tool list_directory id=")
     assert '{"path": ".\ufffd"}' in editor.text()
     assert "internal error" not in " ".join(editor.notifications())
+
+
+@pytest.mark.parametrize("rewrite", ["%!cat", "%s/ $//e"])
+def test_a_formatter_rewriting_the_chat_mid_stream_loses_nothing(editor, fake, kind, rewrite):
+    """A whole-buffer filter (what a formatter does) while a reply streams: the
+    reply's mark cannot survive every line being replaced, but the reply is
+    found again and written once in its place; no other line is touched."""
+    words = [f"w{i}" for i in range(120)]
+    body = "\n".join(" ".join(words[i : i + 10]) for i in range(0, 120, 10))
+    fake.push(reply(body, chunk=3, tokens_per_second=60))
+    setup(editor, fake, kind)
+    before = ["USER: first line", "", "ASSISTANT: earlier reply", "", "USER: stream please"]
+    editor.open_chat("\n".join(before) + "\n")
+    send(editor)
+    editor.wait_text("w12 ")
+    editor.nvim.command(rewrite)
+    assert "w119" not in editor.text()  # the filter came mid-stream
+    wait_replies(editor, 1)
+    lines = editor.lines()
+    assert lines[: len(before)] == before
+    reply_row = lines.index("ASSISTANT: w0 w1 w2 w3 w4 w5 w6 w7 w8 w9")
+    assert reply_row == len(before) + 1
+    assert lines[reply_row + 1 : reply_row + 12] == body.split("\n")[1:]
+    assert editor.text().count("w119") == 1 and editor.text().count("ASSISTANT:") == 2
+    assert lines[-1].startswith("USER:")
