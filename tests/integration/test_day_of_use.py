@@ -151,6 +151,37 @@ def test_a_completion_notice_shows_both_streams_when_stderr_is_long(editor):
     assert output[-1] == "err40"
 
 
+def test_a_stdout_line_reading_stderr_is_not_taken_for_the_stderr_label(editor):
+    """The streams of a cut result were told apart by the first `[stderr]` line:
+    one the command printed on stdout made the rest of stdout "stderr"."""
+    editor.setup(result={"max_lines": 8})
+    command = (
+        "printf '%s\\n' out1 '[stderr]'; for i in $(seq 3 40); do echo out$i; done; "
+        "echo err1 >&2; echo err2 >&2"
+    )
+    editor.open_chat(HEAD + call("f1", command, **{"async": True}))
+    editor.run_tool(ROW + 1)
+    lines = editor.wait_text("USER: [sidekick task ").split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("USER: [sidekick task"))
+    payload = json.loads("\n".join(lines[start + 2 : lines.index("```", start + 2)]))
+    log = payload["log"]
+    assert payload["output"].split("\n") == [
+        f"[... 33 earlier lines truncated; full output: {log}]",
+        *(f"out{i}" for i in range(34, 41)),
+        "[stderr]",
+        "err1",
+        "err2",
+    ]
+    head = next(i for i, line in enumerate(lines) if line.startswith("```result id=f1 "))
+    assert lines[head + 1 : lines.index("```", head + 1)] == [
+        f"[... 35 earlier lines truncated; full output: {log}]",
+        *(f"out{i}" for i in range(36, 41)),
+        "[stderr]",
+        "err1",
+        "err2",
+    ]
+
+
 def test_task_tokens_complete_without_starting_a_host(editor):
     editor.setup()
     complete = "return vim.fn.getcompletion(..., 'cmdline')"

@@ -66,8 +66,8 @@ class Writer:
     def __init__(self) -> None:
         self.written: list[tuple[Any, Any, list[str]]] = []
 
-    def shown(self, body: str, task: Any, lines: int) -> str:
-        return body
+    def shown(self, result: Any, task: Any, lines: int) -> str:
+        return result.body
 
     async def write_with_notice(self, tracked: Any, result: Any, notice: list[str]) -> bool:
         self.written.append((tracked, result, notice))

@@ -258,8 +258,9 @@ def numbered(prefix: str, n: int) -> list[str]:
 
 
 def test_truncate_streams_keeps_a_share_of_each_stream_and_the_marker():
-    body = "\n".join([*numbered("out", 5), "[stderr]", *numbered("err", 10), "[cancelled]"])
-    out = truncate_streams(body, 8, "/t/abc123/stdout", "/t/abc123/stderr").split("\n")
+    stdout, stderr = "\n".join(numbered("out", 5)), "\n".join(numbered("err", 10))
+    logs = ("/t/abc123/stdout", "/t/abc123/stderr")
+    out = truncate_streams(stdout, stderr, "[cancelled]", 8, *logs).split("\n")
     assert out == [
         "[... 2 earlier lines truncated; full output: /t/abc123/stdout]",
         "out3",
@@ -275,15 +276,26 @@ def test_truncate_streams_keeps_a_share_of_each_stream_and_the_marker():
 
 
 def test_truncate_streams_gives_a_short_stream_only_what_it_needs():
-    body = "\n".join(["out1", "[stderr]", *numbered("err", 20)]) + "\n"
-    out = truncate_streams(body, 6, None)
+    stderr = "\n".join(numbered("err", 20)) + "\n"
+    out = truncate_streams("out1", stderr, "", 6, None)
     assert out == "out1\n[stderr]\n[... 16 earlier lines truncated]\nerr17\nerr18\nerr19\nerr20\n"
+
+
+def test_truncate_streams_takes_a_stdout_line_reading_stderr_for_stdout():
+    stdout = "\n".join(["[stderr]", *numbered("out", 9)])
+    out = truncate_streams(stdout, "err1", "", 6, "/o", "/e")
+    assert out.split("\n") == [
+        "[... 6 earlier lines truncated; full output: /o]",
+        *numbered("out", 9)[5:],
+        "[stderr]",
+        "err1",
+    ]
 
 
 def test_truncate_streams_without_stderr_or_cut_is_truncate_tail():
     text = "\n".join(numbered("l", 30))
-    assert truncate_streams(text, 10, "/l") == truncate_tail(text, 10, "/l")
-    assert truncate_streams("a\n[stderr]\nb\n", 8, None) == "a\n[stderr]\nb\n"
+    assert truncate_streams(text, "", "", 10, "/l") == truncate_tail(text, 10, "/l")
+    assert truncate_streams("a", "b\n", "", 8, None) == "a\n[stderr]\nb\n"
 
 
 # --------------------------------------------------------------------------- clean_output

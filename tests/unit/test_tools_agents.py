@@ -341,3 +341,33 @@ async def test_task_tools_run_by_themselves_only_on_this_chats_tasks(tmp_path, m
     theirs = make_ctx(tmp_path, manager, make_config(), chat="chat-b")
     assert decide("halt_task", {"task": other.id}, theirs) == "approve"
     assert decide("halt_task", {"task": own.id}, theirs) == "ask"
+
+
+def test_a_summary_line_reading_stderr_stays_the_agents_answer_when_cut(tmp_path):
+    """A failed agent's summary ends with its stderr's tail under `[stderr]`;
+    a `[stderr]` line the agent printed itself was taken for that label, and
+    the answer after it was cut and shown as stderr."""
+    from sidekick_tools.mcp import answers, face
+    from sidekick_tools.tasks.model import Task, TaskStatus
+    from sidekick_tools.tasks.on_exit_summarize import combine_summary
+
+    log_dir = tmp_path / "log"
+    log_dir.mkdir()
+    answer = "\n".join(["answer1", "[stderr]", *(f"answer{i}" for i in range(3, 31))])
+    (log_dir / "stdout").write_text(answer + "\n")
+    (log_dir / "stderr").write_text("boom1\nboom2\n")
+    task = Task(id="abc123", tool="use_agent", status=TaskStatus.FAILED, exit_code=2)
+    task.reason, task.started_at, task.ended_at, task.log_dir = "exit", 1.0, 2.0, str(log_dir)
+    task.summary = combine_summary(task.status, answer, "boom1\nboom2")
+    res = ua.result_from_task(task)
+    assert res.body == task.summary  # the body itself is unchanged
+    got = answers.from_task_call(res, task, face.NAMES, 10, None)
+    shown = got.text.split(f"\n{answers.SEPARATOR}\n", 1)[1].split("\n")
+    assert shown == [
+        f"[... 23 earlier lines truncated; full output: {task.log_path}]",
+        *(f"answer{i}" for i in range(24, 31)),
+        "",
+        "[stderr]",
+        "boom1",
+        "boom2",
+    ]

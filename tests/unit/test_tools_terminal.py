@@ -752,3 +752,25 @@ def test_a_cut_never_shows_the_end_of_the_word_it_cut(tmp_path):
     res = rtc.result_from_task(_task(tmp_path, line.encode()), tail_bytes=len(line) - 5010)
     first, text = res.body.split("\n", 1)
     assert first.startswith("[... ") and text == " then the rest of the line"
+
+
+def test_a_stdout_line_reading_stderr_stays_stdout_when_the_result_is_cut(tmp_path):
+    """The streams of a cut result were told apart by the first `[stderr]` line,
+    which the command's own stdout can print: stdout after it was cut and
+    labelled as stderr, under a note naming the stderr log."""
+    from sidekick_tools.mcp import answers, face
+
+    stdout = "\n".join(["out1", "[stderr]", *(f"out{i}" for i in range(3, 41))]) + "\n"
+    task = _task(tmp_path, stdout.encode(), b"err1\nerr2\nerr3\n", status="failed", exit_code=1)
+    res = rtc.result_from_task(task)
+    assert res.body == stdout + "[stderr]\nerr1\nerr2\nerr3"  # the body itself is unchanged
+    got = answers.from_task_call(res, task, face.NAMES, 10, None)
+    shown = got.text.split(f"\n{answers.SEPARATOR}\n", 1)[1].split("\n")
+    assert shown == [
+        f"[... 34 earlier lines truncated; full output: {task.log_path}]",
+        *(f"out{i}" for i in range(35, 41)),
+        "[stderr]",
+        "err1",
+        "err2",
+        "err3",
+    ]

@@ -110,7 +110,7 @@ class TaskFollower:
         result = tools.result_from_task(tracked.tool, task)
         result.fields.setdefault("task", task.id)
         # the notice stays short: the last few lines; the block above and the log have the rest
-        output = self.writer.shown(result.body, task, lines=self.ctx.config.notice_lines)
+        output = self.writer.shown(result, task, lines=self.ctx.config.notice_lines)
         payload = {
             "id": task.id,
             "status": task.status.value,

@@ -20,7 +20,13 @@ from typing import Any
 
 from ..chat import ToolCall
 from ..chat.edits import locate, notice_edit, result_span, user_line_edit
-from ..chat.render import clean_output, result_lines, truncate_streams
+from ..chat.render import (
+    clean_output,
+    join_streams,
+    result_lines,
+    truncate_streams,
+    truncate_tail,
+)
 from ..secrets_mask import mask
 from ..tasks.model import ACTIVE, Task
 from ..tools.base import ToolResult
@@ -52,6 +58,10 @@ class Pending:
     def resolve(self, written: bool) -> None:
         if self.fut is not None and not self.fut.done():
             self.fut.set_result(written)
+
+
+def _shown_text(text: str) -> str:
+    return mask(clean_output(text.encode("utf-8", "replace")))
 
 
 class ResultWriter:
@@ -86,17 +96,26 @@ class ResultWriter:
         return self._enqueue(buf, Pending(next(self._seq), lines=notice))
 
     def shown(
-        self, body: str, task: Task | None, truncate: bool = True, lines: int | None = None
+        self, result: ToolResult, task: Task | None, truncate: bool = True, lines: int | None = None
     ) -> str:
-        """Text as the buffer shows it: clean, secrets masked (the raw log keeps
-        them, 0600), no trailing newline, and for process output only the tail
-        (`lines`, default `result.max_lines`; file tools bound their own results),
-        naming `task`'s logs where lines were cut."""
-        text = mask(clean_output(body.encode("utf-8", "replace")))
-        if truncate:
-            keep = self.ctx.config.result_max_lines if lines is None else lines
-            logs = (task.log_path, task.stderr_path) if task is not None else (None, None)
-            text = truncate_streams(text, keep, *logs)
+        """A result's body as the buffer shows it: clean, secrets masked (the raw
+        log keeps them, 0600), no trailing newline, and for process output only
+        the tail (`lines`, default `result.max_lines`; file tools bound their own
+        results), each stream its share (`truncate_streams`), naming `task`'s
+        logs where lines were cut."""
+        keep = self.ctx.config.result_max_lines if lines is None else lines
+        log_path, err_path = (task.log_path, task.stderr_path) if task is not None else (None, None)
+        parts = result.streams
+        if parts is None:
+            text = _shown_text(result.body)
+            if truncate:
+                text = truncate_tail(text, keep, log_path)
+        else:
+            out, err, note = (_shown_text(part) for part in (parts.out, parts.err, parts.note))
+            if truncate:
+                text = truncate_streams(out, err, note, keep, log_path, err_path)
+            else:
+                text = join_streams(out, err, note)
         return text.rstrip("\n")
 
     def lost(self, tracked: Tracked, why: str, result: ToolResult | None = None) -> None:
@@ -142,7 +161,7 @@ class ResultWriter:
         task = None  # its logs are named only when lines are cut: looked up only then
         if token and result.body.count("\n") >= self.ctx.config.result_max_lines:
             task = self.ctx.tasks.get(str(token))
-        body = self.shown(result.body, task, truncate=bool(token))
+        body = self.shown(result, task, truncate=bool(token))
         block = result_lines(tracked.call_id, result.status, result.fields, body)
         return Pending(next(self._seq), tracked=tracked, result=result, lines=block)
 

@@ -121,23 +121,43 @@ def truncate_tail(text: str, max_lines: int, log_path: str | None) -> str:
 STDERR_MARK = "[stderr]"  # the line between a result's stdout and its stderr
 
 
+def join_streams(out: str, err: str, note: str = "") -> str:
+    """A task's result body from its parts: stdout, then stderr under a
+    `[stderr]` line, then ``note`` (why it ended); empty parts left out."""
+    parts = [out] if out else []
+    if err:
+        parts.append(f"{STDERR_MARK}\n{err}")
+    if note:
+        parts.append(note)
+    return "\n".join(parts)
+
+
 def truncate_streams(
-    text: str, max_lines: int, log_path: str | None, err_path: str | None = None
+    out: str,
+    err: str,
+    note: str,
+    max_lines: int,
+    log_path: str | None,
+    err_path: str | None = None,
 ) -> str:
-    """`truncate_tail` for a task's result body (stdout, then `[stderr]` and
-    stderr): when lines must go, each stream keeps its share of ``max_lines``,
+    """`join_streams`, cut to ``max_lines`` like `truncate_tail`: when lines
+    must go and there is stderr, each stream keeps its share of ``max_lines``,
     the marker included, so a long stderr never hides stdout and its own marker.
+    The streams come apart by these parameters, never by looking for the marker
+    in the text, which the command wrote (a stdout line `[stderr]` is stdout).
     ``log_path`` and ``err_path`` name the two logs in the notes of what was cut."""
-    trailing = text.endswith("\n")
-    lines = (text[:-1] if trailing else text).split("\n")
+    text = join_streams(out, err, note)
+    lines = text.count("\n") + (0 if text.endswith("\n") else 1)
     room = max(0, max_lines) - 1  # the marker's line
-    if len(lines) <= max_lines or room < 2 or STDERR_MARK not in lines:
+    if not err or lines <= max_lines or room < 2:
         return truncate_tail(text, max_lines, log_path)
-    at = lines.index(STDERR_MARK)
-    out, err = lines[:at], lines[at + 1 :]
-    keep_out = min(len(out), max(room // 2, room - len(err)))
-    parts = [truncate_tail("\n".join(out), keep_out, log_path)] if out else []
-    parts += [STDERR_MARK, truncate_tail("\n".join(err), room - keep_out, err_path)]
+    rest = f"{err}\n{note}" if note else err  # what follows the marker
+    trailing = rest.endswith("\n")
+    out_lines = out.split("\n") if out else []
+    err_lines = (rest[:-1] if trailing else rest).split("\n")
+    keep_out = min(len(out_lines), max(room // 2, room - len(err_lines)))
+    parts = [truncate_tail(out, keep_out, log_path)] if out else []
+    parts += [STDERR_MARK, truncate_tail("\n".join(err_lines), room - keep_out, err_path)]
     return "\n".join(parts) + ("\n" if trailing else "")
 
 

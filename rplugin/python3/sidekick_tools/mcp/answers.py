@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..chat.render import clean_output, truncate_streams
+from ..chat.render import clean_output, truncate_streams, truncate_tail
 from ..secrets_mask import mask
 from ..tools import _tasks
 from ..tools.base import ToolNames, ToolResult
@@ -86,8 +86,17 @@ def from_task_call(
     if progress is not None:
         head["progress"] = progress
     logs = (task.log_path, task.stderr_path) if task is not None else (None, None)  # purged?
-    text = clean_output(result.body.encode("utf-8", "replace"))
-    return payload(head, truncate_streams(text, max_lines, *logs).rstrip("\n"))
+    parts = result.streams
+    if parts is None:
+        text = truncate_tail(_cleaned(result.body), max_lines, logs[0])
+    else:
+        out, err, note = (_cleaned(part) for part in (parts.out, parts.err, parts.note))
+        text = truncate_streams(out, err, note, max_lines, *logs)
+    return payload(head, text.rstrip("\n"))
+
+
+def _cleaned(text: str) -> str:
+    return clean_output(text.encode("utf-8", "replace"))
 
 
 def running(token: str, task: Any, names: ToolNames, waited: float | None) -> dict[str, Any]:

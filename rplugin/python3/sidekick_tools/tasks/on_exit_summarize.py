@@ -88,13 +88,29 @@ async def summarize(task: Task, follower: LogFollower, tuning: EngineTuning) -> 
         return ExitSummary("", "", True)
 
 
+_STDERR_PART = "\n[stderr]\n"  # what joins stderr's tail to a summary, after a blank line
+
+
 def combine_summary(status: TaskStatus, out: str, err: str) -> str:
     """stdout's summary, with stderr's tail under `[stderr]` when the task did not complete."""
     if not out.strip():
         return err
     if err and status is not TaskStatus.COMPLETED:
-        return f"{out}\n\n[stderr]\n{err}"
+        return f"{out}\n{_STDERR_PART}{err}"
     return out
+
+
+def split_summary(summary: str, err: str) -> tuple[str, str]:
+    """(stdout's part, stderr's tail) of a `combine_summary` whose stderr tail
+    was ``err`` (`stderr_summary` of the same task, read again): told apart by
+    ``err`` itself, never by a `[stderr]` line, which stdout can print. stdout's
+    part keeps the blank line before the marker; (summary, "") when the
+    summary holds no such tail."""
+    if err and summary.endswith(_STDERR_PART + err):
+        out = summary[: -len(_STDERR_PART + err)]
+        if out.endswith("\n") and out.strip():
+            return out, err
+    return summary, ""
 
 
 def take_counts(task: Task, follower: LogFollower) -> None:

@@ -62,6 +62,18 @@ class ToolContext:
     auto: bool = False
 
 
+@dataclass(frozen=True)
+class Streams:
+    """A task result's body in its parts: the tail of stdout, the tail of
+    stderr, and a note on why the task ended ("" for none). The body joins them
+    (`chat.render.join_streams`); whatever labels or cuts the streams takes
+    them from here, never from the body's text, which the command wrote."""
+
+    out: str = ""
+    err: str = ""
+    note: str = ""
+
+
 @dataclass
 class ToolResult:
     """The outcome of one call: what the host writes into the result block.
@@ -70,13 +82,15 @@ class ToolResult:
     (``exit=``, ``task=``, ``duration=``, ``reason=``); values never contain
     whitespace. ``detail``, never written, is what a failed call's diagnostic
     says when the body's first line would not (read_files: the first file that
-    failed and why, which no file's own text can forge).
+    failed and why, which no file's own text can forge). ``streams``: the
+    body's parts, for a task's output (see `Streams`).
     """
 
     status: str  # one of chat/states.py RESULT_STATUSES
     body: str = ""
     fields: Fields = field(default_factory=dict)
     detail: str | None = None
+    streams: Streams | None = None
 
     @classmethod
     def ok(cls, body: str = "", **fields: FieldValue) -> ToolResult:

@@ -13,12 +13,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..chat.render import STDERR_MARK
+from ..chat.render import join_streams
 from ..tasks.manager import TaskSpec
 from ..text import after_cut, is_binary
 from . import _fs, _tasks, command_policy, command_table
 from ._tasks import TERMINAL
-from .base import ToolContext, ToolResult
+from .base import Streams, ToolContext, ToolResult
 from .schema import boolean, number, object_schema, string, validate
 
 TAIL_BYTES = 256 * 1024  # at most this much of each of stdout/stderr goes into a body
@@ -170,7 +170,8 @@ def result_from_task(task: Any, tail_bytes: int = TAIL_BYTES) -> ToolResult:
 
     Body: the tail of stdout, then the tail of stderr under a ``[stderr]`` line
     (bytes decoded as UTF-8 with replacement; ANSI cleaning and line truncation
-    are the renderer's job), then why it ended when it did not simply exit.
+    are the renderer's job), then why it ended when it did not simply exit;
+    the same parts in ``streams``.
     Status and fields: see `final_status`.
     """
     if _tasks.status_of(task) not in TERMINAL:
@@ -180,17 +181,15 @@ def result_from_task(task: Any, tail_bytes: int = TAIL_BYTES) -> ToolResult:
     log_dir = task.log_dir
     out = _tail(log_dir, "stdout", tail_bytes)
     err = _tail(log_dir, "stderr", tail_bytes)
-    parts = []
-    if out:
-        parts.append(out)
-    if err:
-        parts.append(STDERR_MARK + "\n" + err)
+    note = ""
     if status != "completed" and reason in _REASONS:
-        parts.append(f"[{_REASONS[reason]}]")
+        note = f"[{_REASONS[reason]}]"
     elif status != "completed" and reason and reason != "exit":
-        parts.append(f"[{reason}]")
-    body = "\n".join(parts) if parts else "(no output)"
-    return ToolResult(status, body, fields)
+        note = f"[{reason}]"
+    if not (out or err or note):
+        return ToolResult(status, "(no output)", fields)
+    streams = Streams(out, err, note)
+    return ToolResult(status, join_streams(out, err, note), fields, streams=streams)
 
 
 def final_status(task: Any) -> tuple[str, str, dict[str, Any]]:

@@ -21,9 +21,11 @@ import os
 import shlex
 from typing import Any
 
+from ..chat.render import join_streams
+from ..tasks.on_exit_summarize import split_summary, stderr_summary
 from . import _fs, _tasks
 from . import run_terminal_command as rtc
-from .base import ToolContext, ToolResult
+from .base import Streams, ToolContext, ToolResult
 from .schema import number, object_schema, string, validate
 
 PLACEHOLDER = "{message}"
@@ -167,10 +169,13 @@ def result_from_task(task: Any) -> ToolResult:
     body = _tasks.summary(task).strip("\n")
     if not body.strip():
         body = "(the agent printed nothing)"
+    out, err = body, ""
+    if _tasks.status_of(task) != "completed":  # the summary may end with stderr's tail
+        out, err = split_summary(body, stderr_summary(task))
     error = task.error
-    if status != "completed" and error and str(error) not in body:
-        body += f"\n[{error}]"
-    return ToolResult(status, body, fields)
+    note = f"[{error}]" if status != "completed" and error and str(error) not in body else ""
+    streams = Streams(out, err, note)
+    return ToolResult(status, join_streams(out, err, note), fields, streams=streams)
 
 
 TOOL = UseAgent()
