@@ -304,12 +304,19 @@ M.options = {
     min = 1,
     integer = true,
   },
-  { "chat.timeouts.connect", 10, "number", "Seconds to connect to the provider" },
+  {
+    "chat.timeouts.connect",
+    10,
+    "number",
+    "Seconds to connect to the provider",
+    min = 1,
+  },
   {
     "chat.timeouts.read",
     120,
     "number",
     "Longest silence inside a streamed reply, seconds; keep-alive pings are silence too",
+    min = 1,
   },
   {
     "chat.auto_send",

@@ -204,6 +204,9 @@ SETUP_ERROR = (
         ({"chat": {"model": "a/b c"}}, "chat.model must be provider/model"),
         ({"tasks": {"default_timeout": -1}}, "option tasks.default_timeout must be at least 0"),
         ({"auto_accept": {"timeout": -5}}, "option auto_accept.timeout must be at least 0"),
+        ({"chat": {"timeouts": {"connect": 0}}}, "option chat.timeouts.connect must be at least 1"),
+        ({"chat": {"timeouts": {"read": -1}}}, "option chat.timeouts.read must be at least 1"),
+        ({"chat": {"timeouts": {"read": 0.5}}}, "option chat.timeouts.read must be at least 1"),
     ],
 )
 def test_setup_rejects_wrong_values_with_the_options_name(editor, opts, said):
