@@ -95,7 +95,8 @@ M.options = {
     vim.NIL,
     { "string", "nil" },
     'Task store and logs; nil: stdpath("state")/sidekick_tools. One that cannot be created '
-      .. "or written is said once by setup(), and tasks are kept in memory",
+      .. "or written is said once by setup(), and tasks are kept in memory, their logs in "
+      .. "the temporary directory it names",
   },
   {
     "tasks.store",
@@ -651,6 +652,17 @@ function M.state_dir()
   return M.current.state_dir or (vim.fn.stdpath("state") .. "/sidekick_tools")
 end
 
+-- A state_dir setup() found unusable and said so, and the private temporary
+-- directory it named for this session's logs: { dir = ..., path = ... }.
+M.state_fallback = nil
+
+--- The temporary directory standing in for the state_dir in force, or nil.
+---@return string|nil
+function M.state_fallback_path()
+  local fallback = M.state_fallback
+  return fallback and fallback.dir == M.state_dir() and fallback.path or nil
+end
+
 --- What the MCP server reads from <state_dir>/mcp.json: agents, task limits,
 --- result size and the mcp options. Never keys, policies or the chat settings.
 function M.mcp_settings()
@@ -720,7 +732,8 @@ local function drop_functions(tbl)
 end
 
 --- The serialisable part sent to the host: every option but the editor's own
---- (python, keymaps, ui), `state_dir` resolved, and `auto_accept.has_policy`.
+--- (python, keymaps, ui), `state_dir` resolved, `state_fallback` (the directory
+--- setup() named for an unusable one) and `auto_accept.has_policy`.
 function M.for_host()
   local c = vim.deepcopy(M.current)
   for _, provider in pairs((c.chat or {}).providers or {}) do
@@ -730,6 +743,7 @@ function M.for_host()
   end
   c.python = nil
   c.state_dir = M.state_dir()
+  c.state_fallback = M.state_fallback_path() -- the host uses it, and says nothing more
   c.auto_accept.has_policy = type(c.auto_accept.policy) == "function"
   c.keymaps = nil
   c.ui = nil -- may hold functions (a virtual_text format); the host has no use for it

@@ -29,4 +29,15 @@ function M.make(dir)
   return true
 end
 
+--- A new private directory (0700) under the temporary directory, or nil and
+--- the reason.
+---@return string|nil path, string|nil err
+function M.temporary()
+  local base = vim.env.TMPDIR
+  if not base or base == "" or vim.fn.isdirectory(base) == 0 then
+    base = "/tmp"
+  end
+  return uv.fs_mkdtemp(vim.fs.joinpath(base, "sidekick_tools-XXXXXX"))
+end
+
 return M

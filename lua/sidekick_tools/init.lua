@@ -40,6 +40,28 @@ local function ask(name, ...)
   return res
 end
 
+--- Say once that the state_dir cannot be used (`reason`: the OS error), naming
+--- the private temporary directory that stands in for it this session: the host
+--- keeps the tasks in memory and their logs there, and says nothing more.
+local function say_state_dir_unusable(reason)
+  local dir = config.state_dir()
+  if config.state_fallback and config.state_fallback.dir == dir then
+    return -- said by an earlier setup()
+  end
+  local path = require("sidekick_tools.directory").temporary()
+  config.state_fallback = { dir = dir, path = path }
+  vim.notify(
+    string.format(
+      "sidekick_tools: state_dir %s cannot be used: %s. For this session, tasks are kept "
+        .. "in memory%s; mcp.json (the MCP server's settings) is not written",
+      dir,
+      reason,
+      path and (" and their logs go to the temporary state directory " .. path) or ""
+    ),
+    vim.log.levels.WARN
+  )
+end
+
 --- Configure the plugin. Safe to call again; a running host gets the new settings.
 ---@param opts table|nil see :h sidekick_tools-config
 function M.setup(opts)
@@ -57,19 +79,12 @@ function M.setup(opts)
     vim.notify(conflict, vim.log.levels.WARN)
   end
   -- the MCP server reads the settings it shares with the editor from this file;
-  -- a state_dir that cannot be used is said here, and setup() goes on (the host
-  -- then keeps the tasks in memory)
+  -- a state_dir that cannot be used is said here, once, and setup() goes on
   local ok, path, write_err = pcall(config.write_mcp_settings)
   if not (ok and path) then
-    vim.notify(
-      string.format(
-        "sidekick_tools: state_dir %s cannot be used: %s (mcp.json is not written; "
-          .. "tasks will be kept in memory)",
-        config.state_dir(),
-        tostring(ok and write_err or path)
-      ),
-      vim.log.levels.WARN
-    )
+    say_state_dir_unusable(tostring(ok and write_err or path))
+  else
+    config.state_fallback = nil
   end
   if package.loaded["sidekick_tools.client"] then
     require("sidekick_tools.consumers").configure()

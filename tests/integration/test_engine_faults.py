@@ -5,6 +5,8 @@ answering and nothing is left `running`."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import sqlite3
 import sys
 
@@ -113,6 +115,32 @@ def test_an_unusable_state_dir_is_said_by_setup_which_goes_on(editor, kind):
     editor.open_chat(HEAD + call("r", command="echo works"))
     editor.run_tool(5)
     editor.wait_text("```result id=r status=completed exit=0")
+
+
+def test_an_unusable_state_dir_is_one_message_from_setup_to_the_tasks(editor):
+    """setup() said the state_dir could not be used, then the host said it again
+    when it started: two messages for one problem. setup() names the temporary
+    directory the logs go to; the host uses it and says nothing more."""
+    state = editor.workdir / "state-file" / "state"  # a path under a regular file
+    state.parent.write_text("not a directory\n")
+    editor.setup(state_dir=str(state))
+    notes = editor.notifications()
+    assert len(notes) == 1, notes
+    said = notes[0]
+    assert said.startswith(f"sidekick_tools: state_dir {state} cannot be used: ENOTDIR"), said
+    editor.open_chat(HEAD + call("r", command="echo works"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=r status=completed exit=0")
+    # a second call: whatever the host said when it started has reached Neovim by its end
+    editor.run_tool(add_message(editor, call("s", command="echo too")))
+    editor.wait_text("```result id=s status=completed exit=0")
+    assert editor.notifications() == [said]
+    fallback = re.search(r"temporary state directory (\S+);", said).group(1)
+    assert "kept in memory" in said and os.path.isdir(fallback)
+    log_path = editor.lua("return require('sidekick_tools').list_tasks()")[0]["log_path"]
+    assert log_path.startswith(fallback + "/tasks/")
+    editor.setup(state_dir=str(state))  # again (a config reloaded): nothing new to say
+    assert editor.notifications() == [said]
 
 
 def test_a_full_disk_ends_the_task_with_its_status(editor, tmpfs):

@@ -77,6 +77,8 @@ class Config:
     mcp: McpConfig
     # The chat loop's table as Lua sends it (llm/settings.py reads it: ChatConfig)
     chat: dict[str, Any] = field(default_factory=dict)
+    # The temporary directory setup() named for an unusable state_dir (statedir.py)
+    state_fallback: str | None = None
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> Config:
@@ -114,6 +116,7 @@ class Config:
             notice_lines=int(result["notice_lines"]),
             mcp=McpConfig(**_known(McpConfig, dict(raw["mcp"]))),
             chat=dict(raw.get("chat") or {}),
+            state_fallback=str(raw["state_fallback"]) if raw.get("state_fallback") else None,
         )
 
 

@@ -94,7 +94,7 @@ class Host:
 
     def _init(self, config: Config, info: dict[str, Any] | None) -> Any:
         self.config = config
-        state = open_state_dir(config.state_dir)
+        state = open_state_dir(config.state_dir, config.state_fallback)
         log_to_file(os.path.join(state.path, "host.log"))
         nvim_pid = int((info or {}).get("nvim_pid") or os.getppid())
         self.owner = owner_token(nvim_pid)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 class StateDir:
     path: str  # where the database, the task logs and the log file go
     problem: str | None = None  # why the configured directory is not `path`
+    told: bool = False  # the user was told already (setup() named `path`)
 
     def explain(self) -> str:
         """The one message the user gets about a replaced state directory."""
@@ -31,20 +32,31 @@ def prepare_state_dir(path: str) -> None:
         os.chmod(path, 0o700)
 
 
-def open_state_dir(path: str) -> StateDir:
-    """`path`, created 0700 and proven writable; else a fresh 0700 directory
-    under the temporary directory, with the reason."""
+def _prove_writable(path: str) -> None:
+    """`path` created 0700 and a file made in it; OSError when not."""
+    prepare_state_dir(path)
+    fd, probe = tempfile.mkstemp(dir=path, prefix=".writable-")
+    os.close(fd)
+    os.unlink(probe)
+
+
+def open_state_dir(path: str, fallback: str | None = None) -> StateDir:
+    """`path`, created 0700 and proven writable; else ``fallback`` (the
+    temporary directory setup() already named to the user, see config.lua's
+    `state_fallback`) when it is usable, else a fresh 0700 directory under the
+    temporary directory; with the reason."""
     try:
-        prepare_state_dir(path)
-        fd, probe = tempfile.mkstemp(dir=path, prefix=".writable-")
-        os.close(fd)
-        os.unlink(probe)
+        _prove_writable(path)
         return StateDir(path)
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        return StateDir(
-            tempfile.mkdtemp(prefix="sidekick_tools-"), f"{path} is unusable ({reason})"
-        )
+        problem = f"{path} is unusable ({exc.strerror or exc})"
+    if fallback:
+        try:
+            _prove_writable(fallback)
+            return StateDir(fallback, problem, told=True)
+        except OSError:
+            pass
+    return StateDir(tempfile.mkdtemp(prefix="sidekick_tools-"), problem)
 
 
 def log_to_file(path: str) -> None:

@@ -4,6 +4,7 @@ one message, when the state directory or its database cannot be used."""
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Callable
 
@@ -12,6 +13,8 @@ from ..statedir import StateDir
 from .manager import TaskManager
 from .store import MemoryStore, TaskStore, open_store
 from .tuning import EngineTuning
+
+log = logging.getLogger(__name__)
 
 FALLBACK = "memory (fallback)"
 
@@ -28,7 +31,10 @@ def start_manager(
     if settings.store == "memory":
         store, kind = MemoryStore(), "memory"  # no task history kept: none shared either
     elif state.problem is not None:
-        on_problem(state.explain())
+        if state.told:  # setup() said it, naming the same directory: no second message
+            log.warning("%s", state.explain())
+        else:
+            on_problem(state.explain())
         store, kind = MemoryStore(), FALLBACK
     else:
         store, problem = open_store(

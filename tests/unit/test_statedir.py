@@ -1,0 +1,47 @@
+"""The state directory the host opens: the configured one, else the temporary
+one setup() named to the user (no second message), else a fresh one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from sidekick_tools.config import tasks_config
+from sidekick_tools.statedir import open_state_dir
+from sidekick_tools.tasks.start import FALLBACK, start_manager
+
+
+def test_a_usable_state_dir_is_used(tmp_path):
+    state = open_state_dir(str(tmp_path / "state"), str(tmp_path / "unused"))
+    assert (state.path, state.problem, state.told) == (str(tmp_path / "state"), None, False)
+    assert not (tmp_path / "unused").exists()
+
+
+def test_an_unusable_state_dir_gives_way_to_the_fallback_setup_named(tmp_path):
+    (tmp_path / "file").write_text("x")
+    fallback = tmp_path / "fallback"
+    fallback.mkdir(mode=0o700)
+    state = open_state_dir(str(tmp_path / "file" / "state"), str(fallback))
+    assert (state.path, state.told) == (str(fallback), True)
+    assert state.problem and str(tmp_path / "file" / "state") in state.problem
+
+
+def test_an_unusable_fallback_gives_a_fresh_directory_the_host_says(tmp_path):
+    (tmp_path / "file").write_text("x")
+    state = open_state_dir(str(tmp_path / "file" / "state"), str(tmp_path / "file" / "too"))
+    assert state.told is False and os.path.isdir(state.path)
+    assert state.path != str(tmp_path / "file" / "too")
+    os.rmdir(state.path)
+
+
+async def test_a_fallback_the_user_was_told_of_is_not_said_again(tmp_path):
+    (tmp_path / "file").write_text("x")
+    said: list[str] = []
+    for fallback in (str(tmp_path), None):
+        state = open_state_dir(str(tmp_path / "file" / "state"), fallback)
+        manager, kind = start_manager(tasks_config(), state, "owner", said.append)
+        await manager.shutdown(kill=True)
+        assert kind == FALLBACK
+        if not state.told:
+            shutil.rmtree(state.path)
+    assert len(said) == 1 and "kept in memory" in said[0]  # only where none was named
