@@ -319,6 +319,45 @@ def test_the_list_shows_the_command_then_the_purpose_dimmed(editor):
     assert lines[long_row].endswith("  true " + "x" * 54 + "…  Long")
 
 
+def test_an_auto_run_command_is_listed_as_its_call_wrote_it(editor):
+    """A chained (auto-run) command runs in a checked, hardened form (`exec
+    /usr/bin/git -c core.fsmonitor=false ...`): the list showed that instead of
+    the command in the chat. It shows the call's command; the task still ran
+    the hardened one."""
+    from tests.integration.git_helpers import git_repo
+
+    editor.setup()
+    git_repo(editor.workdir)
+    editor.open_chat(
+        chat(
+            call_block("run_terminal_command", {"command": "echo start"}, "c1"),
+            call_block(
+                "run_terminal_command",
+                {"command": "git log --oneline", "purpose": "See the history"},
+                "c2",
+            ),
+            call_block("run_terminal_command", {"command": "git status"}, "c3"),
+        )
+    )
+    editor.run_tool(HEADER_ROW + 1)  # c2 and c3 follow on their own
+    editor.wait_text("```result id=c3 status=completed")
+    tasks = {t["call_id"]: t for t in editor.lua("return require('sidekick_tools').list_tasks()")}
+    assert "core.fsmonitor=false" in tasks["c2"]["command"]  # what ran: hardened
+    assert "core.fsmonitor=false" in tasks["c3"]["command"]
+    buf = open_tasks(editor)
+    lines = editor.lines(buf)
+    log_row = row_of(lines, tasks["c2"]["id"])
+    assert lines[log_row].endswith("  git log --oneline  See the history"), lines[log_row]
+    assert hl_text(editor, buf, log_row, "SidekickTasksDim") == ["See the history"]
+    status_row = row_of(lines, tasks["c3"]["id"])
+    assert lines[status_row].endswith("exit 0  git status"), lines[status_row]
+    assert not any("GIT_" in line or "fsmonitor" in line for line in lines), lines
+    # list_tasks() says both: `command` what ran, `call_command` the call's text
+    assert tasks["c2"]["call_command"] == "git log --oneline"
+    assert tasks["c3"]["call_command"] == "git status"
+    assert tasks["c1"]["call_command"] == ""  # run by hand: its own text ran
+
+
 def run_in_a_first_editor(editors, text: str, call_id: str, name: str) -> str:
     """A first Neovim runs call `call_id` of chat `name` to its end, saves, quits."""
     from tests.integration.conftest import quit_nvim

@@ -18,6 +18,7 @@ from sidekick_tools.tasks.store import (
     TaskStore,
     open_store,
 )
+from sidekick_tools.tasks.store.schema import MIGRATIONS
 
 S = TaskStatus
 Q = TaskQuery.of
@@ -472,9 +473,40 @@ def test_a_version_1_file_is_migrated_keeping_its_rows(tmp_path) -> None:
     finally:
         store.close()
     conn = sqlite3.connect(str(path))
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
     conn.close()
     SqliteStore(str(path)).close()  # opening a current file again changes nothing
+
+
+def test_a_version_2_file_is_migrated_and_keeps_what_the_call_wrote(tmp_path) -> None:
+    """Version 3 keeps the command a call wrote beside the hardened one that ran."""
+    import sqlite3
+
+    path = tmp_path / "tasks.db"
+    write_v1_file(path)
+    conn = sqlite3.connect(str(path))
+    for statement in MIGRATIONS[1]:  # the file as version 2 left it
+        conn.execute(statement)
+    conn.execute("UPDATE schema_version SET version = 2")
+    conn.commit()
+    conn.close()
+    store = SqliteStore(str(path))
+    try:
+        assert store.get("aaa111").command == "make" and store.get("aaa111").call_command == ""
+        fresh = store.insert(mk(command="exec /usr/bin/git status", call_command="git status"))
+        assert store.get(fresh.id).call_command == "git status"
+    finally:
+        store.close()
+    conn = sqlite3.connect(str(path))
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+    conn.close()
+
+
+def test_what_the_call_wrote_is_kept_beside_what_ran(tasks_store: TaskStore) -> None:
+    t = tasks_store.insert(mk(command="exec /usr/bin/git status", call_command="git status"))
+    got = tasks_store.get(t.id)
+    assert (got.command, got.call_command) == ("exec /usr/bin/git status", "git status")
+    assert got.to_dict()["call_command"] == "git status"
 
 
 def test_a_newer_file_is_refused_and_left_untouched(tmp_path) -> None:

@@ -61,10 +61,12 @@ end
 local WHAT_CHARS = 60 -- a longer command is cut when a purpose or progress follows it
 
 --- What the task runs, and the purpose its call gave (shown dimmed after it):
---- the command; for an agent, the agent and its message.
+--- the command as its call wrote it (an auto-run command runs in a checked,
+--- hardened form: `command`); for an agent, the agent and its message.
 ---@return string what, string purpose
 function M.what_of(t)
-  local command, label = t.command or "", t.label or ""
+  local command = (t.call_command or "") ~= "" and t.call_command or t.command or ""
+  local label = t.label or ""
   local what, purpose = command, ""
   if t.tool == "use_agent" or command == "" then
     what = label ~= "" and label or command

@@ -182,7 +182,7 @@ class TaskFollower:
 
 # What Lua shows of a task that may hold a secret (a command with a token in
 # it, output in its summary): masked; the raw log stays on disk (0600).
-_SHOWN_TEXT = ("label", "command", "summary", "error", "progress_text")
+_SHOWN_TEXT = ("label", "command", "call_command", "summary", "error", "progress_text")
 
 
 def task_view(task: Any) -> dict[str, Any]:

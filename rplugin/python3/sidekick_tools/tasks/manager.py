@@ -51,6 +51,7 @@ class TaskSpec:
     tool: str
     command: str
     label: str = ""
+    call_command: str = ""  # the call's own text when `command` is a checked, hardened form
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     timeout: float | None = None
@@ -90,8 +91,9 @@ class TaskManager(TaskEngine):
         timeout = self.config.default_timeout if spec.timeout is None else spec.timeout
         task = Task(
             tool=spec.tool,
-            label=spec.label or spec.command,
+            label=spec.label or spec.call_command or spec.command,
             command=spec.command,
+            call_command=spec.call_command if spec.call_command != spec.command else "",
             cwd=os.path.abspath(os.path.expanduser(spec.cwd)) if spec.cwd else os.getcwd(),
             env={str(k): str(v) for k, v in (spec.env or {}).items()},
             status=TaskStatus.QUEUED,

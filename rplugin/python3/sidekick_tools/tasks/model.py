@@ -81,6 +81,9 @@ class Task:
     tool: str = ""
     label: str = ""  # what lists show: the command or the call's purpose
     command: str = ""  # shell string run by /bin/sh -c
+    # the command as the call wrote it, when `command` is another form of it
+    # (auto-run: the checked argv, hardened); "" when the call's own text ran
+    call_command: str = ""
     cwd: str = ""
     env: dict[str, str] = field(default_factory=dict)  # extra variables only
     status: TaskStatus = TaskStatus.QUEUED
@@ -137,6 +140,7 @@ class Task:
             "tool": self.tool,
             "label": self.label,
             "command": self.command,
+            "call_command": self.call_command,
             "cwd": self.cwd,
             "reason": self.reason,
             "exit_code": self.exit_code,

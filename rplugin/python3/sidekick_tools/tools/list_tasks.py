@@ -119,7 +119,7 @@ def _group(ctx: Any, title: str, tasks: list[Any], total: int, now: float) -> li
 def _row(ctx: Any, task: Any, now: float) -> str:
     agent = _tasks.agent_of(task)
     tool = f"{task.tool}({agent})" if agent else str(task.tool)
-    label = " ".join(str(task.label or task.command or "").split())
+    label = " ".join(str(task.label or task.call_command or task.command or "").split())
     if len(label) > LABEL_CHARS:
         label = label[: LABEL_CHARS - 1] + "…"
     return f"{task.id}  {tool}  {json.dumps(label, ensure_ascii=False)}  {_state(ctx, task, now)}"

@@ -97,6 +97,7 @@ class RunTerminalCommand:
             tool=self.name,
             label=purpose or command,
             command=to_run,
+            call_command=command,  # what lists show; `to_run` is what runs
             cwd=cwd,
             env={},
             timeout=float(timeout) if timeout else None,

@@ -10,9 +10,10 @@ from typing import Any
 
 from ..model import Task, TaskStatus
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
-# Columns of the `tasks` table, in `Task` field order (token == Task.id).
+# Columns of the `tasks` table, in `Task` field order (token == Task.id), but
+# for call_command: version 3 added it, last.
 COLUMNS = (
     "token",
     "tool",
@@ -40,6 +41,7 @@ COLUMNS = (
     "error",
     "result_read",
     "delivered",
+    "call_command",
 )
 
 TABLES = """
@@ -71,7 +73,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     summary TEXT,
     error TEXT,
     result_read INTEGER NOT NULL DEFAULT 0,
-    delivered INTEGER NOT NULL DEFAULT 0
+    delivered INTEGER NOT NULL DEFAULT 0,
+    call_command TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS tasks_created ON tasks (created_at);
 CREATE INDEX IF NOT EXISTS tasks_status_created ON tasks (status, created_at);
@@ -95,6 +98,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # the task of a call (exactly once after a crash)
         "ALTER TABLE tasks ADD COLUMN delivered INTEGER NOT NULL DEFAULT 0",
         "CREATE INDEX IF NOT EXISTS tasks_chat_call ON tasks (chat, call_id)",
+    ),
+    2: (
+        # v3: the command as the call wrote it, which lists show, when the host
+        # ran a checked and hardened form of it (auto-run)
+        "ALTER TABLE tasks ADD COLUMN call_command TEXT NOT NULL DEFAULT ''",
     ),
 }
 
