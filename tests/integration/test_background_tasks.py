@@ -341,3 +341,44 @@ def test_tasks_run_niced_below_the_editor_and_it_is_configurable(editor):
     pid = task_of(editor, "n")["pid"]
     assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)
     editor.lua("return require('sidekick_tools').halt(...)", task_of(editor, "n")["id"])
+
+
+@pytest.mark.parametrize("resolve", ["run", "deny", "delete"])
+def test_a_notice_waits_for_a_pending_call_after_it(editor, resolve):
+    """Outside the chat loop (no model, :SidekickRunTool) a task that ended put its
+    notice at the end of the chat at once, under a call of the same reply still
+    waiting for the user: the pending call then sat above a USER message. The
+    notice waits until every call of the last reply has its result (DESIGN §10,
+    steering), then comes after them."""
+    editor.setup()
+    marker = editor.workdir / "release"
+    editor.open_chat(
+        HEAD
+        + call("bg", wait_cmd(marker), **{"async": True})
+        + "\n"
+        + call("p2", "touch made-by-p2")  # writes: the chain stops before it (▶)
+    )
+    editor.run_tool(5)
+    editor.wait_text("```result id=bg status=running task=")
+    p2 = editor.lines().index("```tool run_terminal_command id=p2")
+    editor.wait_diag(p2, "▶ run_terminal_command")
+    token = task_of(editor, "bg")["id"]
+    marker.write_text("")
+    text = editor.wait_text("```result id=bg status=completed exit=0")
+    assert "USER: [sidekick task" not in text  # it waits: p2 has no result yet
+    if resolve == "run":
+        editor.run_tool(p2 + 1)
+    elif resolve == "deny":
+        editor.nvim.command(f"call cursor({p2 + 1}, 1)")
+        editor.nvim.command("SidekickDeny not now")
+    else:  # the user deletes the call: nothing is left to wait for
+        editor.lua("vim.api.nvim_buf_set_lines(0, ..., ... + 3, false, {})", p2, p2)
+    lines = editor.wait_text(f"USER: [sidekick task {token} completed]").split("\n")
+    notice = lines.index(f"USER: [sidekick task {token} completed]")
+    assert sum(1 for line in lines if line.startswith("USER: [sidekick task")) == 1
+    bg_result = next(i for i, line in enumerate(lines) if line.startswith("```result id=bg "))
+    assert bg_result < notice
+    if resolve != "delete":
+        p2_result = next(i for i, line in enumerate(lines) if line.startswith("```result id=p2 "))
+        assert p2 < p2_result < notice
+        assert lines[-1] == "USER: "  # the line for the user's reply stays last

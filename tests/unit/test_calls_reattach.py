@@ -33,6 +33,7 @@ LINES = [
 class Port:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
+        self.mirrors: dict[int, BufferMirror] = {}  # none attached: no chat to wait for
 
     def emit(self, event: dict[str, Any]) -> None:
         self.events.append(event)

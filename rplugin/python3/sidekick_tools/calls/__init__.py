@@ -50,6 +50,7 @@ class CallRunner:
         self.port = port
         self._reattaching: set[int] = set()
         self.scan.on_running_block = self._reattach_soon
+        self.scan.on_scanned = self.follower.text_settled
 
     @property
     def config(self) -> Config:

@@ -37,6 +37,10 @@ class TaskFollower:
         # writes them once no reply streams and every call has its result, then
         # sends them (DESIGN §10, steering). True: the loop took the notice.
         self.hold: Callable[[int, list[str]], bool] = lambda _buf, _lines: False
+        # Outside the loop the same rule: the notices of a chat whose last reply
+        # has calls without a result (pending, or in their first wait) wait
+        # here, in the order their tasks ended, and follow those results.
+        self.waiting: dict[int, list[list[str]]] = {}
         ctx.tasks.subscribe(self.on_task_event)
 
     # -- a call's state as its task moves --------------------------------------------
@@ -65,7 +69,9 @@ class TaskFollower:
 
     def result_written(self, tracked: Tracked, result: ToolResult) -> None:
         """A call's result is in the buffer: its state follows (a running block
-        keeps the call following its task)."""
+        keeps the call following its task), and notices waiting for it go in."""
+        if tracked.buf in self.waiting:
+            self._spawn(self._write_waiting(tracked.buf))
         if result.status != "running":
             tracked.done = True
             self.ctx.registry.state(tracked, result.status, detail=result_detail(result))
@@ -124,8 +130,41 @@ class TaskFollower:
         notice = notice_lines(payload)
         if self.hold(tracked.buf, notice):
             await self.writer.write(tracked, result)
+        elif tracked.buf in self.waiting or self._unanswered(tracked.buf):
+            self.waiting.setdefault(tracked.buf, []).append(notice)
+            if not await self.writer.write(tracked, result):  # said; its notice goes with it
+                self._unwait(tracked.buf, notice)
         else:
             await self.writer.write_with_notice(tracked, result, notice)
+
+    def _unwait(self, buf: int, notice: list[str]) -> None:
+        waiting = self.waiting.get(buf)
+        if waiting and notice in waiting:
+            waiting.remove(notice)
+            if not waiting:
+                del self.waiting[buf]
+
+    def text_settled(self, buf: int) -> None:
+        """A chat's text changed (the pending call deleted, a result written by
+        hand): notices waiting for it may go in now."""
+        if buf in self.waiting and not self._unanswered(buf):
+            self._spawn(self._write_waiting(buf))
+
+    def _unanswered(self, buf: int) -> bool:
+        mirror = self.ctx.port.mirrors.get(buf)
+        return mirror is not None and bool(mirror.chat().unanswered())
+
+    async def _write_waiting(self, buf: int) -> None:
+        """The notices waiting for `buf`, once every call of its last reply has a
+        result; they go in together, in order, where `notice_edit` puts them."""
+        mirror = await self.ctx.port.mirror(buf)
+        if mirror is not None and mirror.chat().unanswered():
+            return  # a later result brings them
+        notices = self.waiting.pop(buf, [])
+        if mirror is None:
+            log.info("buffer %d closed: %d waiting notices not written", buf, len(notices))
+            return
+        await asyncio.gather(*(self.writer.write_notice(buf, lines) for lines in notices))
 
     # -- a chat (re)opened ----------------------------------------------------------
     async def reattach(

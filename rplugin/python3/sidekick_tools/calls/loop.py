@@ -22,7 +22,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..chat import ToolCall
 from ..chat.parser import Chat
 from ..tools.base import ToolResult
 from .chain import CallChain, UserError
@@ -130,7 +129,7 @@ class ChatLoop:
         if session.busy:
             return True
         mirror = self.ctx.port.mirrors.get(buf)
-        return mirror is not None and bool(_unanswered(mirror.chat()))
+        return mirror is not None and bool(mirror.chat().unanswered())
 
     def notice(self, buf: int, lines: list[str]) -> bool:
         """A completion notice for a chat that talks to a model: the loop writes
@@ -153,7 +152,7 @@ class ChatLoop:
         waited, then send again if the loop is armed (or a notice arrived and
         `send_on_notice`), unless the user is writing their own message."""
         mirror = await self.ctx.port.mirror(session.buf)
-        if mirror is None or session.busy or _unanswered(mirror.chat()):
+        if mirror is None or session.busy or mirror.chat().unanswered():
             return
         noticed = await self._flush_notices(session)
         chat_cfg = self._chat_cfg()
@@ -199,7 +198,7 @@ class ChatLoop:
     # -- sending -----------------------------------------------------------------------
     async def _deny_pending(self, buf: int) -> None:
         mirror = await self.chain.marks.mirror(buf)
-        calls = _unanswered(mirror.chat())
+        calls = mirror.chat().unanswered()
         waits = []
         for call in calls:
             if self.chain.marks.busy(buf, call):
@@ -300,12 +299,6 @@ class ChatLoop:
         self._bg.add(fut)
         fut.add_done_callback(self._bg.discard)
         fut.add_done_callback(log_failure)
-
-
-def _unanswered(chat: Chat) -> list[ToolCall]:
-    """The calls of the last assistant message that have no result yet."""
-    last = chat.last_assistant()
-    return [c for c in (last.calls if last else []) if c.result is None]
 
 
 def _user_typing(chat: Chat, lines: list[str]) -> bool:

@@ -45,6 +45,8 @@ class DiagnosticScan:
         # called with a buffer whose text holds a running block nobody looked at
         # yet (an undo brought it back): the calls follow it, as on opening
         self.on_running_block: Callable[[int], None] | None = None
+        # called with each buffer scanned (its text settled after a change)
+        self.on_scanned: Callable[[int], None] | None = None
         port.on_buffer_change = self.changed
 
     def changed(self, buf: int, first: int, last: int) -> None:
@@ -66,6 +68,8 @@ class DiagnosticScan:
         if mirror is None:
             return
         chat = mirror.chat()
+        if self.on_scanned is not None:
+            self.on_scanned(buf)
         followed = self.registry.in_buffer(buf)
         anchors = []
         for call in chat.calls:

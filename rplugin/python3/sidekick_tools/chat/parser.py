@@ -108,6 +108,12 @@ class Chat:
                 return message
         return None
 
+    def unanswered(self) -> list[ToolCall]:
+        """The calls of the last assistant message that have no result yet
+        (a running result counts as one): completion notices wait for them."""
+        last = self.last_assistant()
+        return [c for c in (last.calls if last else []) if c.result is None]
+
     def call_by_id(self, call_id: str) -> ToolCall | None:
         """The first call whose header carries ``id=call_id``."""
         for call in self.calls:
