@@ -300,3 +300,30 @@ def test_a_notice_carries_a_short_tail_and_the_log(editor):
     # the result block above keeps up to result.max_lines
     block = text.split("```result id=long status=completed", 1)[1]
     assert "\n1\n2\n" in block
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+def test_reloading_unsaved_keeps_a_hand_written_calls_id_and_result(editor, run_async):
+    """A call written without an id gets one in the buffer when it runs; `:e!`
+    reloads the file as saved, without it. The block gets its id back (it is
+    not offered to run again) and its result lands on it when the command ends."""
+    editor.setup(tasks={"hybrid_threshold": 0.3})
+    marker = editor.workdir / "go"
+    params = {"command": wait_cmd(marker, "echo after-reload"), "async": run_async}
+    editor.open_chat(HEAD + f"```tool run_terminal_command\n{json.dumps(params)}\n```\n")
+    editor.run_tool(5)
+    header = wait_for(lambda: "id=call_" in editor.lines()[4] and editor.lines()[4])
+    call_id = header.split("id=")[1]
+    if run_async:
+        editor.wait_text(f"```result id={call_id} status=running task=")
+    editor.nvim.command("edit!")
+    assert "id=" not in editor.lines()[4]  # the file as saved
+    wait_for(lambda: editor.lines()[4] == header)
+    editor.wait_diag(4, "⟳ run_terminal_command")
+    marker.write_text("")
+    editor.wait_text(f"```result id={call_id} status=completed exit=0")
+    assert editor.text().count("```tool run_terminal_command") == 1
+    assert editor.text().count("\nafter-reload\n```") == 1
+    tasks = editor.lua("return require('sidekick_tools').list_tasks({ all = true })")
+    assert [t["call_id"] for t in tasks] == [call_id]  # run once
+    assert not [n for n in editor.notifications() if "not written" in n]

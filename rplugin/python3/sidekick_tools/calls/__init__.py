@@ -51,6 +51,11 @@ class CallRunner:
         self._reattaching: set[int] = set()
         self.scan.on_running_block = self._reattach_soon
         self.scan.on_scanned = self.follower.text_settled
+        self.scan.on_id_lost = self._give_id_back
+
+    def _give_id_back(self, tracked: Tracked) -> None:
+        fut = asyncio.ensure_future(self.chain.marks.give_id_back(tracked))
+        fut.add_done_callback(log_failure)
 
     @property
     def config(self) -> Config:

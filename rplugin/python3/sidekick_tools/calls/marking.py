@@ -73,11 +73,13 @@ class CallMarks:
             mirror = await self.mirror(buf)
             chat = mirror.chat()
             current = chat.call_at(row)
-            if current is None or current.start_row != row:
-                moved = chat.call_by_id(call.call_id) if call.call_id else None
-                if moved is None:
+            if current is None or current.start_row != row or not same_call(current, call):
+                # The text moved meanwhile (a result written above it): another
+                # block may sit on this row now, a duplicate of its id even.
+                current = find_again(chat, call)
+                if current is None:
                     return None
-                current, row = moved, moved.start_row
+                row = current.start_row
             edits: list[tuple[int, int, list[str]]] = []
             call_id = current.call_id
             if not call_id:
@@ -85,7 +87,9 @@ class CallMarks:
                 edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
             mark = self.ctx.registry.mark_for(buf, call_id)
             if await self.ctx.port.apply(buf, mirror.tick, edits, [(mark, row)]):
-                return self.ctx.registry.follow(buf, call_id, current.tool, mirror.name, mark)
+                return self.ctx.registry.follow(
+                    buf, call_id, current.tool, mirror.name, mark, current.body
+                )
             await asyncio.sleep(0.005)
         return None
 
@@ -109,6 +113,22 @@ class CallMarks:
                 return
             await asyncio.sleep(0.005)
 
+    async def give_id_back(self, tracked: Tracked) -> None:
+        """The followed call's block reads as it did but lost its id (`:e!` of
+        the chat as saved before the id was added): it gets it back, so that
+        the block shows the call's state and is not taken for a new call."""
+        for _ in range(RETRIES):
+            mirror = await self.mirror(tracked.buf)
+            chat = mirror.chat()
+            call = locate(chat, tracked.call_id, -1, tracked.tool, tracked.body)
+            if call is None or call.call_id == tracked.call_id or tracked.done:
+                return
+            row = call.start_row
+            edits = [(row, row + 1, [header_with_id(mirror.lines[row], tracked.call_id)])]
+            if await self.ctx.port.apply(tracked.buf, mirror.tick, edits, [(tracked.mark, row)]):
+                return
+            await asyncio.sleep(0.005)
+
     async def find(self, tracked: Tracked) -> Found | None:
         """The call's current block; None when the block is gone (said to the user)."""
         mirror = await self.ctx.port.mirror(tracked.buf)
@@ -116,8 +136,31 @@ class CallMarks:
             self.writer.lost(tracked, "its chat is no longer loaded")
             return None
         rows = await self.ctx.port.mark_rows(tracked.buf, [tracked.mark])
-        call = locate(mirror.chat(), tracked.call_id, rows.get(tracked.mark, -1))
+        row = rows.get(tracked.mark, -1)
+        call = locate(mirror.chat(), tracked.call_id, row, tracked.tool, tracked.body)
         if call is None:
             self.writer.lost(tracked, CALL_GONE)
             return None
         return mirror, call
+
+
+def same_call(a: ToolCall, b: ToolCall) -> bool:
+    """Whether two reads of a chat show the same call: its id, tool and text,
+    and whether it is well formed (a later block repeating an id is not)."""
+    return (a.call_id, a.tool, a.body, a.error is None) == (
+        b.call_id,
+        b.tool,
+        b.body,
+        b.error is None,
+    )
+
+
+def find_again(chat: Any, call: ToolCall) -> ToolCall | None:
+    """`call`, read before, in `chat` as it reads now: the block with its id
+    (or, without one, the only pending block of the same tool and text) that
+    still reads the same; None when it changed or cannot be told apart."""
+    if call.call_id:
+        found = chat.call_by_id(call.call_id)
+        return found if found is not None and same_call(found, call) else None
+    twins = [c for c in chat.calls if c.pending and same_call(c, call)]
+    return twins[0] if len(twins) == 1 else None

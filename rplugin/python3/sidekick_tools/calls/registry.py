@@ -25,6 +25,7 @@ class Tracked:
     call_id: str
     tool: str
     chat: str
+    body: str | None = None  # its block's text when it started: found by it if its id is lost
     state: str = "pending"
     token: str | None = None
     background: bool = False  # its result block says running; the task ends later
@@ -53,9 +54,11 @@ class CallRegistry:
         """The followed calls of `buf`, by call id."""
         return {cid: t for (b, cid), t in self.tracked.items() if b == buf}
 
-    def follow(self, buf: int, call_id: str, tool: str, chat: str, mark: int) -> Tracked:
+    def follow(
+        self, buf: int, call_id: str, tool: str, chat: str, mark: int, body: str | None = None
+    ) -> Tracked:
         """Follow a call, by the extmark `mark_for` gave it."""
-        tracked = Tracked(buf=buf, mark=mark, call_id=call_id, tool=tool, chat=chat)
+        tracked = Tracked(buf=buf, mark=mark, call_id=call_id, tool=tool, chat=chat, body=body)
         self.tracked[(buf, call_id)] = tracked
         self._by_call[(chat, call_id)] = tracked
         return tracked

@@ -17,8 +17,9 @@ from typing import Any
 
 from .. import tools
 from ..chat import ToolCall
+from ..chat.edits import locate
 from ..chat.states import names_task, scan_items, text_state
-from .registry import CallRegistry
+from .registry import CallRegistry, Tracked
 
 SCAN_DELAY = 0.15  # seconds after the last change
 
@@ -47,6 +48,9 @@ class DiagnosticScan:
         self.on_running_block: Callable[[int], None] | None = None
         # called with each buffer scanned (its text settled after a change)
         self.on_scanned: Callable[[int], None] | None = None
+        # called with a followed call whose block lost its id (`:e!` of a chat
+        # saved before the id was added): the id goes back on the block
+        self.on_id_lost: Callable[[Tracked], None] | None = None
         port.on_buffer_change = self.changed
 
     def changed(self, buf: int, first: int, last: int) -> None:
@@ -82,6 +86,12 @@ class DiagnosticScan:
                 del followed[tracked.call_id]
                 continue
             anchors.append([tracked.mark, call.start_row])
+        if self.on_id_lost is not None:
+            ids = {c.call_id for c in chat.calls}
+            for tracked in list(followed.values()):
+                lost = not tracked.done and tracked.call_id not in ids
+                if lost and locate(chat, tracked.call_id, -1, tracked.tool, tracked.body):
+                    self.on_id_lost(tracked)
         known = self.unfollowed.get(buf) or {}
         if self.on_running_block is not None and any(
             c.call_id not in followed and c.call_id not in known and names_task(c)

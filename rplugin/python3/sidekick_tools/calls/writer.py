@@ -22,6 +22,7 @@ from ..chat import ToolCall
 from ..chat.edits import locate, notice_edit, result_span, user_line_edit
 from ..chat.render import (
     clean_output,
+    header_with_id,
     join_streams,
     result_lines,
     truncate_streams,
@@ -236,12 +237,15 @@ class ResultWriter:
                 plan.later.append(item)  # a second block for the same call: next batch
                 continue
             row = rows.get(tracked.mark, -1)
-            call = locate(chat, tracked.call_id, row)
+            call = locate(chat, tracked.call_id, row, tracked.tool, tracked.body)
             if call is None:
                 plan.gone.append(item)
                 continue
             if call.start_row != row:
                 plan.anchors.append((tracked.mark, call.start_row))
+            if call.call_id != tracked.call_id:  # its id was lost (`:e!`): given back
+                header = header_with_id(mirror.lines[call.start_row], tracked.call_id)
+                ranked.append((call.start_row, call.start_row + 1, [header], 2, item.seq))
             ranked.append((*result_span(call), item.lines, 2, item.seq))
             plan.written.append(item)
             resolving.append(call)

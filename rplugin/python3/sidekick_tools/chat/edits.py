@@ -51,14 +51,28 @@ def user_line_edit(chat: Chat, resolving: list[ToolCall], lines: list[str]) -> E
     return (n, n, add)
 
 
-def locate(chat: Chat, call_id: str, row: int) -> ToolCall | None:
+def locate(
+    chat: Chat, call_id: str, row: int, tool: str = "", body: str | None = None
+) -> ToolCall | None:
     """The block of call `call_id`: the one at `row` (its extmark's row, -1 when
     the mark is gone) if it has that id, else the first with that id. Saving,
-    reloading or reformatting a chat moves or drops extmarks but keeps the text."""
+    reloading or reformatting a chat moves or drops extmarks but keeps the text.
+
+    A hand-written call gets its id in the buffer when it runs; reloading the
+    file unsaved (`:e!`) takes the id away again. With the call's `tool` and
+    `body` given, a pending block without an id that reads the same is the
+    call then: the one at `row`, else the only one."""
     call = chat.call_at(row) if row >= 0 else None
     if call is not None and call.start_row == row and call.call_id == call_id:
         return call
-    return chat.call_by_id(call_id)
+    found = chat.call_by_id(call_id)
+    if found is not None or body is None:
+        return found
+    twins = [
+        c for c in chat.calls if not c.call_id and c.pending and (c.tool, c.body) == (tool, body)
+    ]
+    at_row = [c for c in twins if c.start_row == row]
+    return (at_row or twins)[0] if at_row or len(twins) == 1 else None
 
 
 # Parameters that say where a call reads, writes or runs: a question about the

@@ -1,0 +1,139 @@
+"""A call is marked where it reads when it starts: text that moved between the
+look that chose it and its start (a result written above) never makes another
+block, or a later block repeating its id, take its place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sidekick_tools.buffers import BufferMirror
+from sidekick_tools.calls.context import CallContext
+from sidekick_tools.calls.marking import CallMarks
+from sidekick_tools.calls.registry import CallRegistry
+from sidekick_tools.config import Config
+
+BUF = 1
+
+
+def block(tool: str, body: str, call_id: str | None = None) -> list[str]:
+    header = f"```tool {tool}" + (f" id={call_id}" if call_id else "")
+    return [header, body, "```", ""]
+
+
+class Port:
+    """Neovim as far as marking a call goes: a mirror it edits itself, and the
+    extmarks it was asked to set."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.mirrors = {BUF: BufferMirror(BUF, "chat.sidekick.md", lines, 1)}
+        self.anchors: list[tuple[int, int]] = []
+        self.events: list[dict[str, Any]] = []
+
+    async def mirror(self, buf: int) -> BufferMirror:
+        return self.mirrors[buf]
+
+    async def apply(self, buf: int, tick: int, edits: list, anchors: list) -> bool:
+        mirror = self.mirrors[buf]
+        for start, end, lines in edits:
+            mirror.on_lines(mirror.tick + 1, start, end, lines)
+        self.anchors += anchors
+        return True
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+    def shrink(self, start: int, count: int) -> None:
+        """The user's text loses `count` rows at `start` (a long result replaced)."""
+        mirror = self.mirrors[BUF]
+        mirror.on_lines(mirror.tick + 1, start, start + count, [])
+
+
+def marks_for(port: Port) -> tuple[CallMarks, CallRegistry]:
+    registry = CallRegistry(port)
+    ctx = CallContext(port, registry, tasks=None, config=Config.from_dict({}))
+    return CallMarks(ctx, writer=None), registry
+
+
+LONG = ["```result id=c1 status=completed", "1", "2", "3", "4", "```", ""]
+
+
+async def test_a_later_block_repeating_the_id_does_not_take_the_calls_place():
+    lines = ["USER: go", "", "ASSISTANT: ok", ""]
+    lines += block("run_terminal_command", '{"command": "seq 5"}', "c1") + LONG
+    lines += block("run_terminal_command", '{"command": "echo dup"}', "m7")
+    lines += block("run_terminal_command", '{"command": "echo dup2"}', "m7")
+    port = Port(lines)
+    marks, registry = marks_for(port)
+    first, second = [c for c in port.mirrors[BUF].chat().calls if c.call_id == "m7"]
+    assert second.error and second.error.startswith("Duplicate id")
+    # before the call starts, four rows above it go: the duplicate is on its row now
+    port.shrink(LONG.index("1") + 8, 4)
+    assert port.mirrors[BUF].chat().call_at(first.start_row).start_row == first.start_row
+    tracked = await marks.prepare(BUF, first)
+    assert tracked is not None and registry.get(BUF, "m7") is tracked
+    ((_, row),) = port.anchors
+    now = port.mirrors[BUF].chat().call_at(row)
+    assert (now.body, now.error) == ('{"command": "echo dup"}', None)
+
+
+async def test_another_call_moved_onto_the_row_is_not_the_one_started():
+    lines = ["USER: go", "", "ASSISTANT: ok", ""]
+    lines += block("run_terminal_command", '{"command": "seq 5"}', "c1") + LONG
+    lines += block("run_terminal_command", '{"command": "ls"}', "a1")
+    lines += block("run_terminal_command", '{"command": "rm -rf build"}', "a2")
+    port = Port(lines)
+    marks, _ = marks_for(port)
+    chosen = port.mirrors[BUF].chat().call_by_id("a1")
+    port.shrink(LONG.index("1") + 8, 4)
+    tracked = await marks.prepare(BUF, chosen)
+    assert tracked is not None and tracked.call_id == "a1"
+    ((_, row),) = port.anchors
+    assert port.mirrors[BUF].chat().call_at(row).call_id == "a1"
+
+
+async def test_a_call_without_an_id_is_found_by_its_text_or_not_started():
+    lines = ["USER: go", "", "ASSISTANT: ok", ""]
+    lines += block("run_terminal_command", '{"command": "seq 5"}', "c1") + LONG
+    lines += block("run_terminal_command", '{"command": "make"}')
+    lines += block("run_terminal_command", '{"command": "make install"}')
+    port = Port(lines)
+    marks, _ = marks_for(port)
+    chosen = [c for c in port.mirrors[BUF].chat().calls if not c.call_id][0]
+    port.shrink(LONG.index("1") + 8, 4)
+    tracked = await marks.prepare(BUF, chosen)
+    assert tracked is not None
+    ((_, row),) = port.anchors
+    now = port.mirrors[BUF].chat().call_at(row)
+    assert (now.call_id, now.body) == (tracked.call_id, '{"command": "make"}')
+    # two blocks reading alike, neither with an id: which one was meant cannot be told
+    twin = ["USER: go", "", "ASSISTANT: ok", ""] + block("run_terminal_command", "{}") * 2
+    port = Port(twin + ["x"] * 8)
+    marks, _ = marks_for(port)
+    chosen = port.mirrors[BUF].chat().calls[1]
+    port.shrink(len(twin), 0)  # nothing moves: it is marked where it is
+    assert await marks.prepare(BUF, chosen) is not None
+    port = Port(["USER: a", "", "ASSISTANT: ok", "", "x", "y"] + twin[4:])
+    marks, _ = marks_for(port)
+    chosen = port.mirrors[BUF].chat().calls[0]
+    port.shrink(4, 2)  # the text moves, and two blocks read alike: neither is taken
+    assert await marks.prepare(BUF, chosen) is None
+
+
+def test_locate_finds_a_call_whose_id_a_reload_took_away_by_its_text():
+    from sidekick_tools.chat import parse
+    from sidekick_tools.chat.edits import locate
+
+    make = '{"command": "make"}'
+    lines = ["USER: go", "", "ASSISTANT: ok", ""]
+    lines += block("run_terminal_command", make) + block(
+        "run_terminal_command", '{"command": "ls"}'
+    )
+    chat = parse(lines)
+    assert locate(chat, "call_0a0b0c", -1) is None  # by id alone: gone
+    found = locate(chat, "call_0a0b0c", -1, "run_terminal_command", make)
+    assert found is not None and found.start_row == 4
+    assert locate(chat, "call_0a0b0c", -1, "read_files", make) is None
+    # two blocks read the same: the one on the call's row, else none
+    twins = parse(lines[:8] + block("run_terminal_command", make))
+    assert locate(twins, "call_0a0b0c", 8, "run_terminal_command", make).start_row == 8
+    assert locate(twins, "call_0a0b0c", -1, "run_terminal_command", make) is None
