@@ -72,6 +72,7 @@ async def test_a_later_block_repeating_the_id_does_not_take_the_calls_place():
     tracked = await marks.prepare(BUF, first)
     assert tracked is not None and registry.get(BUF, "m7") is tracked
     ((_, row),) = port.anchors
+    assert tracked.row == row  # where run_tools finds it again
     now = port.mirrors[BUF].chat().call_at(row)
     assert (now.body, now.error) == ('{"command": "echo dup"}', None)
 

@@ -84,9 +84,9 @@ class CallChain:
             if self.marks.busy(buf, call):
                 busy.append(call)  # started or denied a moment ago: its result is coming
                 continue
-            tracked = await self.marks.prepare(buf, call)  # an id added keeps the row
-            if tracked is not None:
-                chosen.append((tracked, call.start_row))
+            tracked = await self.marks.prepare(buf, call)
+            if tracked is not None:  # where it was marked: the text may have moved
+                chosen.append((tracked, tracked.row))
         if not chosen:
             if broken:
                 problem = broken[0].error

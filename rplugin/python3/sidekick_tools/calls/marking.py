@@ -87,9 +87,11 @@ class CallMarks:
                 edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
             mark = self.ctx.registry.mark_for(buf, call_id)
             if await self.ctx.port.apply(buf, mirror.tick, edits, [(mark, row)]):
-                return self.ctx.registry.follow(
+                tracked = self.ctx.registry.follow(
                     buf, call_id, current.tool, mirror.name, mark, current.body
                 )
+                tracked.row = row
+                return tracked
             await asyncio.sleep(0.005)
         return None
 

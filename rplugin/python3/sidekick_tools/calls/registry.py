@@ -26,6 +26,7 @@ class Tracked:
     tool: str
     chat: str
     body: str | None = None  # its block's text when it started: found by it if its id is lost
+    row: int = -1  # its header's row when it was marked
     state: str = "pending"
     token: str | None = None
     background: bool = False  # its result block says running; the task ends later
