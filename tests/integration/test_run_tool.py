@@ -288,3 +288,31 @@ def test_help_tags_resolve(editor, tmp_path):
         assert editor.lua("return vim.api.nvim_buf_get_name(0)").endswith("/sidekick_tools.txt")
         assert f"*{tag}*" in editor.lua("return vim.api.nvim_get_current_line()")
         editor.nvim.command("helpclose")
+
+
+def test_calls_waiting_their_turn_in_run_tools_say_so_and_can_still_be_denied(editor):
+    """:SidekickRunTools runs the calls one after the other: the ones behind a
+    running call show ⧗ queued, not ▶ (which invites running them by hand);
+    one denied while it waits is not run when its turn comes."""
+    editor.setup()
+    marker = editor.workdir / "go"
+    wait = f"while [ ! -e {marker} ]; do sleep 0.05; done; echo first"
+    cmds = {"a": wait, "b": "echo second", "c": "echo third"}
+    editor.open_chat(
+        chat(*(call_block("run_terminal_command", {"command": c}, cid) for cid, c in cmds.items()))
+    )
+    editor.nvim.command("SidekickRunTools!")
+    lines = editor.lines()
+    rows = {cid: lines.index(f"```tool run_terminal_command id={cid}") for cid in cmds}
+    editor.wait_diag(rows["a"], "⟳ run_terminal_command")
+    for cid in "bc":
+        editor.wait_diag(rows[cid], "⧗ run_terminal_command (queued, runs after the calls above)")
+    editor.nvim.command(f"call cursor({rows['c'] + 1}, 1)")
+    editor.nvim.command("SidekickDeny not this one")
+    editor.wait_text("```result id=c status=denied")
+    marker.write_text("")
+    editor.wait_text("```result id=b status=completed")
+    text = editor.text()
+    assert "```result id=a status=completed" in text and "\nthird\n" not in text
+    tasks = editor.lua("return require('sidekick_tools').list_tasks({ all = true })")
+    assert sorted(t["call_id"] for t in tasks) == ["a", "b"]

@@ -32,8 +32,10 @@ function M.message(st, now)
   local tool = st.tool ~= "" and st.tool or "tool"
   if st.state == "pending" then
     return string.format("%s %s (%s)", glyph, tool, st.detail or ":SidekickRunTool")
+  elseif st.state == "queued" and st.ahead == nil then -- in a :SidekickRunTools batch
+    return string.format("%s %s (queued, runs after the calls above)", glyph, tool)
   elseif st.state == "queued" then
-    return string.format("%s %s (queued, %d ahead)", glyph, tool, st.ahead or 0)
+    return string.format("%s %s (queued, %d ahead)", glyph, tool, st.ahead)
   elseif st.state == "running" then
     local parts = { "running" }
     if st.started_at then

@@ -217,20 +217,31 @@ class CallChain:
         would unasked (checked again, hardened, under the auto-run timeout);
         the others run as the user agreed to them."""
         deliveries = []
-        mirror = await self.marks.mirror(buf)
-        snapshot = mirror.chat()  # the calls as they were when the user asked
-        for tracked, row in chosen:
-            if self.ctx.registry.live(tracked) is None:
-                continue  # denied (or run on its own) meanwhile: followed anew, not ours
-            call = snapshot.call_at(row)
-            if call is None or call.start_row != row or call.call_id != tracked.call_id:
-                continue
-            result = await self.executor.run(
-                tracked, cwd, explicit=None, found=(mirror, call), gate=gate
-            )
-            gate = None
-            if result is not None:
-                deliveries.append(asyncio.ensure_future(self.deliver(tracked, result)))
+        for tracked, _ in chosen[1:]:  # shown waiting their turn, not ▶ to run by hand
+            tracked.waiting = True
+            self.ctx.registry.state(tracked, "queued")
+        try:
+            mirror = await self.marks.mirror(buf)
+            snapshot = mirror.chat()  # the calls as they were when the user asked
+            for tracked, row in chosen:
+                if self.ctx.registry.live(tracked) is None:
+                    continue  # denied (or run on its own) meanwhile: followed anew, not ours
+                tracked.waiting = False
+                call = snapshot.call_at(row)
+                if call is None or call.start_row != row or call.call_id != tracked.call_id:
+                    self.ctx.registry.forget(tracked)  # moved: its text says its state
+                    continue
+                result = await self.executor.run(
+                    tracked, cwd, explicit=None, found=(mirror, call), gate=gate
+                )
+                gate = None
+                if result is not None:
+                    deliveries.append(asyncio.ensure_future(self.deliver(tracked, result)))
+        finally:
+            for tracked, _ in chosen:  # the batch stopped early: none is left "queued"
+                if tracked.waiting and self.ctx.registry.live(tracked) is tracked:
+                    tracked.waiting = False
+                    self.ctx.registry.forget(tracked)
         if deliveries:
             await asyncio.gather(*deliveries)
 

@@ -32,12 +32,15 @@ class Tracked:
     background: bool = False  # its result block says running; the task ends later
     finishing: bool = False  # its background task ended; the final block is being written
     answering: bool = False  # its answer (a denial) is on its way to the buffer
+    # queued behind the calls above it in one :SidekickRunTools: the user may
+    # still run it at once or deny it (the batch then leaves it alone)
+    waiting: bool = False
     done: bool = False
 
     @property
     def busy(self) -> bool:
         """Running, or answered and not yet written: not to be started or denied again."""
-        return (self.state in ACTIVE or self.answering) and not self.done
+        return (self.state in ACTIVE and not self.waiting or self.answering) and not self.done
 
 
 class CallRegistry:
