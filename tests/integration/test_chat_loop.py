@@ -528,3 +528,37 @@ def test_a_formatter_rewriting_the_chat_mid_stream_loses_nothing(editor, fake, k
     assert lines[reply_row + 1 : reply_row + 12] == body.split("\n")[1:]
     assert editor.text().count("w119") == 1 and editor.text().count("ASSISTANT:") == 2
     assert lines[-1].startswith("USER:")
+
+
+def test_an_empty_send_with_a_call_pending_makes_one_request(editor, fake, kind):
+    """:SidekickSend with nothing typed while the reply's call waits for consent:
+    the call is denied (the user went on without it) and the chat goes out once;
+    one reply follows, in its own message, and the chat ends with an empty USER:."""
+    fake.push(
+        reply(
+            "Need consent.", tool_call("run_terminal_command", {"command": "touch zz"}, id="c_zz")
+        ),
+        reply("Second reply."),
+        reply("Third reply."),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: hi\n")
+    send(editor)
+    text_ = editor.wait_text("```tool run_terminal_command id=c_zz")
+    row = text_.split("\n").index("```tool run_terminal_command id=c_zz")
+    editor.wait_diag(row, "▶ run_terminal_command")
+    wait_replies(editor, 1)
+    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    send(editor)  # the USER: line left empty
+    wait_replies(editor, 2)
+    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    lines = editor.lines()
+    assert "Third reply." not in editor.text()
+    assert len(fake.requests) == 2
+    result = lines.index("```result id=c_zz status=denied reason=user")
+    assert lines[result + 1] == "Not run: the user went on without running it."
+    assert lines[result + 2 :] == ["```", "", "ASSISTANT: Second reply.", "", "USER: "]
+    editor.wait_diag(row, "⊘ run_terminal_command")
+    sent = json.dumps(fake.requests[1].json)
+    assert "Not run: the user went on without running it." in sent
+    assert not (editor.workdir / "zz").exists()

@@ -66,7 +66,8 @@ class ChatLoop:
     # -- the user's commands ---------------------------------------------------------
     async def send(self, buf: int, cwd: str) -> dict[str, Any]:
         """:SidekickSend: pending calls of the last reply are denied (the user
-        replied instead), then the chat goes to the model."""
+        replied instead, or went on without them), then the chat goes to the
+        model: one request."""
         session = self.sessions.setdefault(buf, Session(buf, cwd))
         if session.busy:
             raise UserError(
@@ -74,15 +75,22 @@ class ChatLoop:
             )
         from . import outbound
 
-        # a bad model is said at once
-        answer = outbound.model_of(await self.chain.marks.mirror(buf), self.ctx.config)
-        session.cwd = cwd
-        session.turns = 0
-        session.armed = True
-        session.halted = False
-        await self._deny_pending(buf)
-        # The editor waits for this answer: the request is built and sent after it
+        # Busy from here: the loop must not send by itself meanwhile, not even
+        # for the denials written next, which complete the reply's calls (one
+        # :SidekickSend is one request).
         session.sending = True
+        try:
+            # a bad model is said at once
+            answer = outbound.model_of(await self.chain.marks.mirror(buf), self.ctx.config)
+            session.cwd = cwd
+            session.turns = 0
+            session.armed = True
+            session.halted = False
+            await self._deny_pending(buf)
+        except BaseException:
+            session.sending = False
+            raise
+        # The editor waits for this answer: the request is built and sent after it
         self._spawn(self._send_or_say(session))
         return answer
 
@@ -162,6 +170,8 @@ class ChatLoop:
         if not want:
             return
         mirror = await self.ctx.port.mirror(session.buf)
+        if session.busy:  # the user sent meanwhile: that send is the one request
+            return
         if mirror is None or _user_typing(mirror.chat(), mirror.lines):
             if want and session.armed:
                 self.ctx.port.notify_user(
@@ -197,8 +207,14 @@ class ChatLoop:
 
     # -- sending -----------------------------------------------------------------------
     async def _deny_pending(self, buf: int) -> None:
+        """The last reply's pending calls get a denied result, saying whether the
+        user replied or sent with nothing typed (the model reads which)."""
         mirror = await self.chain.marks.mirror(buf)
         calls = mirror.chat().unanswered()
+        if _user_typing(mirror.chat(), mirror.lines):
+            why = "Not run: the user replied instead."
+        else:
+            why = "Not run: the user went on without running it."
         waits = []
         for call in calls:
             if self.chain.marks.busy(buf, call):
@@ -207,7 +223,7 @@ class ChatLoop:
             if tracked is not None:
                 result = ToolResult(
                     status="denied",
-                    body="Not run: the user replied instead.",
+                    body=why,
                     fields={"reason": "user"},
                 )
                 waits.append(self.chain.answer(tracked, result))
