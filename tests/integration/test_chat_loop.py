@@ -562,3 +562,59 @@ def test_an_empty_send_with_a_call_pending_makes_one_request(editor, fake, kind)
     sent = json.dumps(fake.requests[1].json)
     assert "Not run: the user went on without running it." in sent
     assert not (editor.workdir / "zz").exists()
+
+
+def test_a_reply_whose_calls_are_all_invalid_gets_failed_results_back(editor, fake, kind):
+    """Calls the model got wrong (an unknown tool, a parameter of the wrong
+    type) are answered as running them by hand would be: a failed result saying
+    what is wrong, sent back to the model. Nobody denied them."""
+    fake.push(
+        reply(
+            "Trying a tool.",
+            tool_call("frobnicate", {"x": 1}, id="c_frob"),
+            tool_call("read_files", {"paths": "a.txt"}, id="c_read"),
+        ),
+        reply("OK those failed."),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: try tools\n")
+    send(editor)
+    editor.wait_text("OK those failed.")
+    wait_replies(editor, 2)
+    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    text_ = editor.text()
+    assert "```result id=c_frob status=failed" in text_
+    assert "```result id=c_read status=failed" in text_
+    assert "status=denied" not in text_
+    lines = editor.lines()
+    for call_id, tool in (("c_frob", "frobnicate"), ("c_read", "read_files")):
+        editor.wait_diag(lines.index(f"```tool {tool} id={call_id}"), f"✗ {tool}")
+    assert len(fake.requests) == 2
+    second = json.dumps(fake.requests[1].json)
+    assert "c_frob" in second and "c_read" in second and "frobnicate" in second
+    assert "the user replied instead" not in second
+    assert [line for line in lines if line.startswith("ASSISTANT:")] == [
+        "ASSISTANT: Trying a tool.",
+        "ASSISTANT: OK those failed.",
+    ]
+
+
+def test_an_invalid_call_does_not_stop_the_next_safe_one(editor, fake, kind):
+    """Each call's problem stays that call's: a broken call before a safe one
+    gets its failed result, and the safe one still runs."""
+    (editor.workdir / "a.txt").write_text("AAA")
+    fake.push(
+        reply(
+            tool_call("frobnicate", {"x": 1}, id="c_frob"),
+            tool_call("read_files", {"paths": ["a.txt"]}, id="c_read"),
+        ),
+        reply("One of two."),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: try tools\n")
+    send(editor)
+    editor.wait_text("One of two.")
+    text_ = editor.text()
+    assert "```result id=c_frob status=failed" in text_
+    assert "```result id=c_read status=completed" in text_
+    assert "AAA" in json.dumps(fake.requests[1].json)

@@ -41,6 +41,7 @@ class CallRunner:
         self.scan = DiagnosticScan(port, self.registry)
         self.loop = ChatLoop(self.ctx, self.writer, self.chain)
         self.follower.hold = self.loop.notice
+        self.chain.answers_broken = self.loop.armed
 
         def written(tracked: Tracked, result: Any) -> None:
             self.follower.result_written(tracked, result)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..chat import ToolCall
@@ -37,6 +37,11 @@ class CallChain:
         self.follower = follower
         self.marks = CallMarks(ctx, writer)
         self.executor = CallExecutor(ctx, self.marks)
+        # Whether the chat loop is in charge of a buffer's calls (armed): then a
+        # call the model got wrong (an unknown tool, a bad parameter) is answered
+        # with its failed result, as running it by hand would, and the chain goes
+        # on; else it waits for the user, its ✗ saying why.
+        self.answers_broken: Callable[[int], bool] = lambda _buf: False
         self._bg: set[asyncio.Future[Any]] = set()
 
     # -- what the user runs -------------------------------------------------------------
@@ -267,9 +272,16 @@ class CallChain:
         self, buf: int, call: ToolCall, cwd: str
     ) -> tuple[Tracked | None, ToolCall | None]:
         """`call`, followed, when the policy approves it (one it denies gets its
-        denied result and the next call is tried); else the call to ask about."""
-        if call_problem(call) or self.marks.busy(buf, call):
-            return None, None  # a broken call needs a person (its ✗ shows why); a busy one runs
+        denied result and the next call is tried); else the call to ask about.
+        A broken call is followed only when the loop answers it (the executor
+        then gives it its failed result without running anything)."""
+        if self.marks.busy(buf, call):
+            return None, None  # it runs, or its answer is on its way
+        problem = call_problem(call)
+        if problem:
+            if problem.startswith(STRUCTURAL) or not self.answers_broken(buf):
+                return None, None  # a person fixes it: its ✗ shows why
+            return await self.marks.prepare(buf, call), None
         mirror = await self.marks.mirror(buf)
         ctx = self.executor.context(cwd, mirror.name, call.call_id or "")
         answer = await self.executor.ask_policy(call, ctx)

@@ -139,6 +139,11 @@ class ChatLoop:
         mirror = self.ctx.port.mirrors.get(buf)
         return mirror is not None and bool(mirror.chat().unanswered())
 
+    def armed(self, buf: int) -> bool:
+        """The loop sends again by itself once the last reply's calls have results."""
+        session = self.sessions.get(buf)
+        return session is not None and session.armed
+
     def notice(self, buf: int, lines: list[str]) -> bool:
         """A completion notice for a chat that talks to a model: the loop writes
         it once the chat is idle (and sends it). False: not such a chat."""
