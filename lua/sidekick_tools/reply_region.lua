@@ -177,6 +177,35 @@ function M.edit(buf, mark, e, expect, rows)
   end
 end
 
+-- The region lost its reply (an undo or `:e!` took away the rows the send
+-- added): the reply goes at the end of the chat as a send opens it, in place of
+-- an empty last USER: message, or after a blank line, with an empty USER: line
+-- below; the region is set again over it.
+local function place_at_end(buf, mark, lines)
+  local n = vim.api.nvim_buf_line_count(buf)
+  local row = n - 1
+  while
+    row >= 0 and (vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""):match("^%s*$")
+  do
+    row = row - 1
+  end
+  local at, pad = n, {}
+  local line = row >= 0 and vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
+  if row >= 0 and line:match("^USER:%s*$") then
+    at = row
+  elseif n > 0 and (vim.api.nvim_buf_get_lines(buf, n - 1, n, false)[1] or "") ~= "" then
+    pad = { "" }
+  elseif n == 1 then
+    at = 0 -- an empty buffer's one empty line
+  end
+  local new = vim.list_extend(vim.list_extend(vim.deepcopy(pad), lines), { "", "USER: " })
+  if not edit(buf, vim.api.nvim_buf_set_lines, buf, at, n, false, new) then
+    return
+  end
+  local first = at + #pad
+  place(buf, mark, first, first + #lines - 1)
+end
+
 --- The reply ended: its region becomes exactly `lines`. False when the region is gone.
 function M.close(buf, mark, lines)
   relocate(buf, mark)
@@ -187,7 +216,14 @@ function M.close(buf, mark, lines)
     return false
   end
   local current = vim.api.nvim_buf_get_lines(buf, first, last + 1, false)
-  if not vim.deep_equal(current, lines) then
+  -- its rows (and the chat's last rows after them) taken away, the region has
+  -- shrunk to the last row, not its own, or past the end; an edit inside a reply
+  -- leaves it its rows
+  local ends = last >= vim.api.nvim_buf_line_count(buf) - 1
+  local lost = ends and #current <= 1 and not (current[1] or ""):match("^ASSISTANT:")
+  if lost then
+    place_at_end(buf, mark, lines)
+  elseif not vim.deep_equal(current, lines) then
     edit(buf, vim.api.nvim_buf_set_lines, buf, first, last + 1, false, lines)
   end
   require("sidekick_tools.folds").reply_written(buf, lines)

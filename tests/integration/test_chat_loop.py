@@ -618,3 +618,46 @@ def test_an_invalid_call_does_not_stop_the_next_safe_one(editor, fake, kind):
     assert "```result id=c_frob status=failed" in text_
     assert "```result id=c_read status=completed" in text_
     assert "AAA" in json.dumps(fake.requests[1].json)
+
+
+@pytest.mark.parametrize("how", ["undo", "edit!"])
+def test_an_undo_or_reload_during_a_stream_leaves_a_well_formed_chat(editor, fake, kind, how):
+    """The reply keeps its ASSISTANT: line and the blank lines around it, and the
+    chat ends with an empty USER: line, as after any reply (DESIGN §5)."""
+    words = " ".join(f"w{i}" for i in range(60))
+    fake.push(reply("Streaming slowly. " + words, chunk=4, tokens_per_second=60))
+    setup(editor, fake, kind)
+    editor.open_chat("USER: stream please\n")
+    send(editor)
+    editor.wait_text("Streaming slowly.")
+    editor.nvim.command(how)
+    wait_replies(editor, 1)
+    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    assert editor.lines() == [
+        "USER: stream please",
+        "",
+        f"ASSISTANT: Streaming slowly. {words}",
+        "",
+        "USER: ",
+    ]
+
+
+def test_an_undo_during_a_reply_to_results_leaves_a_well_formed_chat(editor, fake, kind):
+    """The loop's reply to a call's result took the place of the empty USER: line
+    below the result; an undo brings that line back, and the reply takes it again."""
+    words = " ".join(f"w{i}" for i in range(60))
+    fake.push(
+        reply("Looking.", tool_call("list_directory", {"path": "."}, id="c_ls")),
+        reply("Streaming slowly. " + words, chunk=4, tokens_per_second=60),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: look\n")
+    send(editor)
+    editor.wait_text("Streaming slowly.")
+    editor.nvim.command("undo")
+    wait_replies(editor, 2)
+    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    lines = editor.lines()
+    result = next(i for i, line in enumerate(lines) if line.startswith("```result id=c_ls"))
+    fence = lines.index("```", result)
+    assert lines[fence:] == ["```", "", f"ASSISTANT: Streaming slowly. {words}", "", "USER: "]
