@@ -642,6 +642,44 @@ def test_an_undo_or_reload_during_a_stream_leaves_a_well_formed_chat(editor, fak
     ]
 
 
+def test_a_call_still_streaming_is_not_called_malformed(editor, fake, kind):
+    """While a call's JSON streams in, its block is not diagnosed: it is not
+    malformed, only unfinished."""
+    command = "echo " + "x" * 300
+    fake.push(
+        reply(
+            "Running.",
+            tool_call("run_terminal_command", {"command": command}, id="c_long"),
+            chunk=5,
+            hang_after=14,
+        )
+    )
+    setup(editor, fake, kind)
+    editor.open_chat(
+        "USER: go\n\nASSISTANT: Earlier.\n\n"
+        '```tool frobnicate id=c_old\n{"x": 1}\n```\n'
+        "```result id=c_old status=failed\nno such tool\n```\n\n"
+        "USER: again\n"
+    )
+    send(editor)
+    editor.wait_diag(4, "✗ frobnicate")
+    text_ = editor.wait_text('{"command"')
+    row = text_.split("\n").index("```tool run_terminal_command id=c_long")
+    # a change of the earlier call's state: once it shows, a scan has read the
+    # chat with the unfinished block in it
+    status = editor.lines().index("```result id=c_old status=failed")
+    editor.lua(
+        "local row, line = ...\nvim.api.nvim_buf_set_lines(0, row, row + 1, false, {line})",
+        status,
+        "```result id=c_old status=cancelled",
+    )
+    editor.wait_diag(4, "⊘ frobnicate")
+    assert command not in editor.text()  # still streaming
+    assert editor.diag_at(row) is None, editor.diagnostics()
+    editor.lua("require('sidekick_tools').stop()")
+    editor.wait_text("```sidekick stopped")
+
+
 def test_an_undo_during_a_reply_to_results_leaves_a_well_formed_chat(editor, fake, kind):
     """The loop's reply to a call's result took the place of the empty USER: line
     below the result; an undo brings that line back, and the reply takes it again."""

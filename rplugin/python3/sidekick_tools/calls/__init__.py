@@ -53,6 +53,8 @@ class CallRunner:
         self.scan.on_running_block = self._reattach_soon
         self.scan.on_scanned = self.follower.text_settled
         self.scan.on_id_lost = self._give_id_back
+        self.scan.streaming = self.loop.streaming
+        self.loop.on_reply_end = lambda buf: self.scan.schedule(buf, delay=0)
 
     def _give_id_back(self, tracked: Tracked) -> None:
         fut = asyncio.ensure_future(self.chain.marks.give_id_back(tracked))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,9 @@ class ChatLoop:
         self.sessions: dict[int, Session] = {}
         self._client: Any = None
         self._bg: set[asyncio.Future[Any]] = set()
+        # called with the buffer once a reply has ended (its calls are complete:
+        # their states are drawn again)
+        self.on_reply_end: Callable[[int], None] = lambda _buf: None
 
     # -- the user's commands ---------------------------------------------------------
     async def send(self, buf: int, cwd: str) -> dict[str, Any]:
@@ -138,6 +142,11 @@ class ChatLoop:
             return True
         mirror = self.ctx.port.mirrors.get(buf)
         return mirror is not None and bool(mirror.chat().unanswered())
+
+    def streaming(self, buf: int) -> bool:
+        """A reply streams into `buf` now."""
+        session = self.sessions.get(buf)
+        return session is not None and session.streaming is not None
 
     def armed(self, buf: int) -> bool:
         """The loop sends again by itself once the last reply's calls have results."""
@@ -262,6 +271,7 @@ class ChatLoop:
             end = await ReplyStream(self.ctx.port, session).run(self.client(), request, key)
         finally:
             session.streaming = None
+            self.on_reply_end(session.buf)
         if end.error is not None:
             session.armed = False
             self.ctx.port.notify_user(f"sidekick_tools: {end.error}", "error")

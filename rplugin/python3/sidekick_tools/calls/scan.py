@@ -51,6 +51,8 @@ class DiagnosticScan:
         # called with a followed call whose block lost its id (`:e!` of a chat
         # saved before the id was added): the id goes back on the block
         self.on_id_lost: Callable[[Tracked], None] | None = None
+        # whether a reply streams into a buffer: its calls are not finished yet
+        self.streaming: Callable[[int], bool] = lambda _buf: False
         port.on_buffer_change = self.changed
 
     def changed(self, buf: int, first: int, last: int) -> None:
@@ -99,6 +101,8 @@ class DiagnosticScan:
         ):
             self.on_running_block(buf)
         items = scan_items(chat, set(followed), call_problem, self.unfollowed.get(buf))
+        if self.streaming(buf):
+            items = _unfinished_dropped(chat, items)
         self._call_rows[buf] = {row for _, row in anchors} | {item["row"] for item in items}
         touched = buf in self._touched
         self._touched.discard(buf)
@@ -108,3 +112,12 @@ class DiagnosticScan:
         self.port.emit(
             {"type": "scan", "buf": buf, "items": items, "anchors": anchors, "rewritten": touched}
         )
+
+
+def _unfinished_dropped(chat: Any, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """While a reply streams, the calls of its message (the last assistant one)
+    are not called broken: a call whose JSON is half in reads as malformed until
+    its input is complete. They are scanned again when the reply ends."""
+    last = chat.last_assistant()
+    rows = {c.start_row for c in (last.calls if last else []) if c.result is None}
+    return [i for i in items if not (i["row"] in rows and i["state"] == "failed")]
