@@ -17,25 +17,64 @@ function M.check()
 
   h.start("sidekick_tools: Python host")
   local python, source = host.find_python()
+  local runs = false
   if not python then
     h.error(
       "no Python interpreter found",
       { "set setup({ python = ... })", "or run :SidekickInstall" }
     )
-    return
+  else
+    runs = M.check_python(h, python, source)
+  end
+  M.check_host(h)
+
+  h.start("sidekick_tools: MCP server (optional)")
+  if runs then
+    M.check_mcp(h, python)
+  else
+    h.info("not checked: no interpreter to run it with (see the Python host above)")
+  end
+
+  M.check_chat(h, runs and python or nil)
+  M.check_storage(h, config)
+end
+
+--- The interpreter, its version and pynvim. False when it cannot be run at all
+--- (vim.system raises at once for a program that does not exist or cannot be
+--- executed: ENOENT, EACCES); the other sections are checked all the same.
+---@return boolean runs
+function M.check_python(h, python, source)
+  local config = require("sidekick_tools.config")
+  local started, job = pcall(vim.system, {
+    python,
+    "-c",
+    "import sys; print(sys.version.split()[0])\n"
+      .. "try:\n"
+      .. "    from importlib.metadata import version; print(version('pynvim'))\n"
+      .. "except Exception:\n"
+      .. "    import pynvim; print(getattr(pynvim, '__version__', '') or '(version unknown)')",
+  }, { text = true })
+  if not started then
+    -- "…/_system.lua:254: ENOENT: no such file or directory (cmd): '/x'": the OS error
+    local why = tostring(job):gsub("^.-:%d+: ", "")
+    h.error(
+      string.format(
+        "interpreter %s (from %s) does not exist or cannot be run: %s",
+        python,
+        source,
+        why
+      ),
+      config.current.python
+          and {
+            "set setup({ python = ... }) to an interpreter that has pynvim",
+            "or leave python out and run :SidekickInstall (a venv with pynvim)",
+          }
+        or { ":SidekickInstall creates a venv with pynvim", "or set setup({ python = ... })" }
+    )
+    return false
   end
   h.ok(string.format("interpreter %s (from %s)", python, source))
-  local probe = vim
-    .system({
-      python,
-      "-c",
-      "import sys; print(sys.version.split()[0])\n"
-        .. "try:\n"
-        .. "    from importlib.metadata import version; print(version('pynvim'))\n"
-        .. "except Exception:\n"
-        .. "    import pynvim; print(getattr(pynvim, '__version__', '') or '(version unknown)')",
-    }, { text = true })
-    :wait(10000)
+  local probe = job:wait(10000)
   local out = vim.split(vim.trim(probe.stdout or ""), "\n")
   if out[1] and out[1] ~= "" then
     h.ok("Python " .. out[1])
@@ -48,6 +87,11 @@ function M.check()
       "or: " .. python .. " -m pip install pynvim",
     })
   end
+  return true
+end
+
+function M.check_host(h)
+  local host = require("sidekick_tools.host")
   if host.running() then
     local ok, info = pcall(require("sidekick_tools.client").info)
     if ok then
@@ -60,8 +104,9 @@ function M.check()
   else
     h.info("host not started yet (it starts on first use)")
   end
+end
 
-  h.start("sidekick_tools: MCP server (optional)")
+function M.check_mcp(h, python)
   local mcp = require("sidekick_tools.mcp")
   local info = mcp.probe(python)
   if not info then
@@ -88,9 +133,9 @@ function M.check()
       }
     )
   end
+end
 
-  M.check_chat(h, python)
-
+function M.check_storage(h, config)
   h.start("sidekick_tools: storage")
   local dir = config.state_dir()
   h.info("state dir: " .. dir)
@@ -119,15 +164,18 @@ end
 
 --- The chat loop (DESIGN §10): httpx2, the model of new chats, and each
 --- configured provider (its key resolves, its base_url answers; the key is
---- never shown).
+--- never shown). `python` nil: there is no interpreter that runs; what needs
+--- one is said not to be checked.
 function M.check_chat(h, python)
   local config = require("sidekick_tools.config")
   local check = require("sidekick_tools.provider_check")
   local at_least = require("sidekick_tools.mcp").at_least
 
   h.start("sidekick_tools: chat (talking to a model)")
-  local info = check.python_info(python)
-  if not info then
+  local info = python and check.python_info(python)
+  if not python then
+    h.info("httpx2 not checked: no interpreter to run it with (see the Python host above)")
+  elseif not info then
     h.warn("could not ask " .. python .. " for its version and httpx2")
   elseif not at_least(info.python, 3, 10) then
     h.warn(
@@ -158,6 +206,10 @@ function M.check_chat(h, python)
   local names = models.providers()
   if #names == 0 then
     h.warn("no provider in chat.providers", { ":h sidekick_tools-chat-providers" })
+    return
+  end
+  if not python then
+    h.info("providers not checked: their keys and base_url are checked with the interpreter")
     return
   end
   local kinds = check.kinds()

@@ -174,6 +174,25 @@ def test_checkhealth_reports_interpreter_and_storage(editor):
     assert "ERROR" not in text
 
 
+def test_checkhealth_says_an_interpreter_that_cannot_run_and_goes_on(editor, tmp_path):
+    """A python that does not exist made :checkhealth stop at "Failed to run
+    healthcheck ... ENOENT" (vim.system raises): the storage and chat sections
+    never showed, and the interpreter had been reported OK."""
+    missing = str(tmp_path / "nope" / "python")
+    editor.setup(python=missing)
+    editor.nvim.command("checkhealth sidekick_tools")
+    text = "\n".join(editor.nvim.current.buffer[:])
+    assert "Failed to run healthcheck" not in text
+    line = next(x for x in text.split("\n") if missing in x)
+    assert "ERROR" in line and "does not exist or cannot be run" in line and "ENOENT" in line
+    assert "OK interpreter" not in text
+    assert "leave python out and run :SidekickInstall" in text  # the advice
+    # the other sections are still reported
+    for title in ("MCP server", "chat (talking to a model)", "storage"):
+        assert f"sidekick_tools: {title}" in text, text
+    assert "task store: sqlite" in text
+
+
 def test_setup_rejects_wrong_types(editor):
     err = editor.lua(
         "local setup = require('sidekick_tools').setup\n"
