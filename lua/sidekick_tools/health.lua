@@ -135,26 +135,39 @@ function M.check_mcp(h, python)
   end
 end
 
+--- The state dir and the task store. The dir is tried the way setup() tries
+--- it (config.write_mcp_settings: made with its parents, mcp.json written,
+--- nothing written when it is current), so a dir that cannot be made or
+--- written is said here as setup() said it.
 function M.check_storage(h, config)
   h.start("sidekick_tools: storage")
   local dir = config.state_dir()
-  h.info("state dir: " .. dir)
-  if vim.fn.isdirectory(dir) == 1 then
-    if vim.fn.filewritable(dir) == 2 then
-      h.ok("state dir is writable")
-    else
-      h.error(
-        "state dir is not writable",
-        { "fix its permissions or set setup({ state_dir = ... })" }
-      )
-    end
-  else
-    h.info("state dir does not exist yet (created on first use)")
-  end
   local store = config.current.tasks.store
+  h.info("state dir: " .. dir)
+  local ok, path, err = pcall(config.write_mcp_settings)
+  local usable = ok and path ~= nil and vim.fn.filewritable(dir) == 2
+  if usable then
+    h.ok("state dir is writable")
+  else
+    local why = not ok and tostring(path) or err or "not writable"
+    local report = store == "memory" and h.warn or h.error
+    report(
+      string.format(
+        "state dir cannot be used: %s (tasks are kept in memory and their logs in a "
+          .. "temporary directory: their history is lost when Neovim exits)",
+        why
+      ),
+      {
+        "set setup({ state_dir = ... }) to a directory you can write",
+        "or make the directory (or its nearest existing parent) writable",
+      }
+    )
+  end
   local db = dir .. "/tasks.db"
   if store == "memory" then
     h.info("task store: memory (history is lost when Neovim exits)")
+  elseif not usable then
+    h.info("task store: memory (sqlite " .. db .. " cannot be made)")
   elseif vim.fn.filereadable(db) == 1 then
     h.ok("task store: sqlite " .. db)
   else

@@ -193,6 +193,35 @@ def test_checkhealth_says_an_interpreter_that_cannot_run_and_goes_on(editor, tmp
     assert "task store: sqlite" in text
 
 
+def test_checkhealth_says_a_state_dir_that_cannot_be_used(editor, tmp_path):
+    """setup() said "state_dir ... cannot be used", while :checkhealth said
+    "state dir does not exist yet (created on first use)" and "task store:
+    sqlite ... (created on first use)", with no warning. A dir under a regular
+    file fails the way one under an unwritable or immutable dir does."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    state = blocker / "state"
+    editor.setup(state_dir=str(state))
+    told = [n for n in editor.notifications() if "cannot be used" in n]
+    assert told and "ENOTDIR" in told[0]  # what setup() said
+    editor.nvim.command("checkhealth sidekick_tools")
+    text = "\n".join(editor.nvim.current.buffer[:])
+    storage = text[text.index("sidekick_tools: storage") :]
+    assert "does not exist yet" not in storage and "created on first use" not in storage
+    line = next(x for x in storage.split("\n") if "state dir cannot be used" in x)
+    assert "ERROR" in line and "ENOTDIR" in line and str(blocker) in line
+    assert "tasks are kept in memory" in line
+    assert "set setup({ state_dir = ... })" in storage  # the advice
+    assert "task store: memory" in storage
+    assert not state.exists()
+    # a dir that can be made is made, as setup() makes it: nothing to say
+    editor.setup(state_dir=str(tmp_path / "fresh" / "state"))
+    editor.nvim.command("checkhealth sidekick_tools")
+    text = "\n".join(editor.nvim.current.buffer[:])
+    storage = text[text.index("sidekick_tools: storage") :]
+    assert "OK state dir is writable" in storage and "ERROR" not in storage
+
+
 def test_setup_rejects_wrong_types(editor):
     err = editor.lua(
         "local setup = require('sidekick_tools').setup\n"
