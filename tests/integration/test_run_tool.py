@@ -273,6 +273,7 @@ def test_help_tags_resolve(editor, tmp_path):
     editor.nvim.command(f"set runtimepath^={doc.parent}")
     for tag in (
         "sidekick_tools",
+        "sidekick-tools",  # the plugin's own name, as users type it (was E149)
         ":SidekickRunTool",
         ":SidekickDeny",
         "sidekick_tools-config",
