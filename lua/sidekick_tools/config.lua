@@ -1,6 +1,8 @@
 -- Every option declared once: path, default, accepted types, description, and
 -- optionally the values it may take (`one_of`), the least number (`min`), that
--- a number is whole (`integer`), or a `check` of its value. A name setup() is
+-- a number is whole (`integer`), or a `check` of its value. A wrong value keeps
+-- the option's default and is said, never raised (setup() reports them all at
+-- once). A name setup() is
 -- given that is neither an option nor a table of options is warned about; an
 -- option of type table (agents, chat.providers, ...) holds the user's own names.
 -- Validation, the option list in :h sidekick_tools-config and the Python host's
@@ -620,32 +622,61 @@ function M.unknown(user)
   return out
 end
 
---- Merge user options over the defaults, validating each declared option.
+--- A table of options (`tasks`, `chat.timeouts`) given something else: what
+--- is wrong, or nil. `path` is an option's; each table on the way is looked at.
+local function group_problem(user, path)
+  local node, walked = user, nil
+  for key in path:gmatch("[^.]+") do
+    if node == nil then
+      return nil
+    elseif type(node) ~= "table" then
+      return walked, string.format("option %s must be a table, got %s", walked, type(node))
+    end
+    node = node[key]
+    walked = walked and (walked .. "." .. key) or key
+  end
+end
+
+--- Merge user options over the defaults, validating each declared option: a
+--- wrong value keeps the option's default, and what is wrong is returned, never
+--- raised (a user's init.lua goes on after setup()).
 ---@param user table|nil
----@return table
+---@return table merged, string[] problems one per wrong option, in declaration order
 function M.resolve(user)
   user = user or {}
   vim.validate({ opts = { user, "table" } })
   local merged = M.defaults()
+  local problems, said = {}, {}
   for _, opt in ipairs(M.options) do
-    local value = get_path(user, opt[1])
-    if value ~= nil then
-      local err = problem(opt, value)
-      if err then
-        error("sidekick_tools: " .. err, 0)
+    local group, wrong_group = group_problem(user, opt[1])
+    if wrong_group then
+      if not said[group] then
+        said[group] = true
+        table.insert(problems, wrong_group)
       end
-      set_path(merged, opt[1], value)
+    else
+      local value = get_path(user, opt[1])
+      if value ~= nil then
+        local err = problem(opt, value)
+        if err then
+          table.insert(problems, err)
+        else
+          set_path(merged, opt[1], value)
+        end
+      end
     end
   end
-  return merged
+  return merged, problems
 end
 
---- Put `user` options in force (an error names a wrong one). Returns them,
---- and the unknown names in `user` (M.unknown), which are left out.
----@return table current, string[] unknown
+--- Put `user` options in force. Returns them, the unknown names in `user`
+--- (M.unknown), which are left out, and what is wrong with the options given
+--- a wrong value (M.resolve), which keep their defaults.
+---@return table current, string[] unknown, string[] problems
 function M.setup(user)
-  M.current = M.resolve(user)
-  return M.current, M.unknown(user or {})
+  local merged, problems = M.resolve(user)
+  M.current = merged
+  return M.current, M.unknown(user or {}), problems
 end
 
 function M.state_dir()

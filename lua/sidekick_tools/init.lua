@@ -66,7 +66,14 @@ end
 ---@param opts table|nil see :h sidekick_tools-config
 function M.setup(opts)
   vim.validate({ opts = { opts, "table", true } })
-  local _, unknown = config.setup(opts)
+  local _, unknown, problems = config.setup(opts)
+  if #problems > 0 then -- never raised: the rest of the user's init.lua runs
+    vim.notify(
+      "sidekick_tools: setup() kept the default of each wrong option (:h sidekick_tools-config):\n"
+        .. table.concat(problems, "\n"),
+      vim.log.levels.ERROR
+    )
+  end
   if #unknown > 0 then -- a warning: a config naming an old option still loads
     vim.notify(
       "sidekick_tools: setup() ignores unknown options: "

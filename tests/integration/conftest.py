@@ -110,6 +110,28 @@ class Editor:
         return self.lua("return _G.__notes or {}")
 
 
+# setup() with options, recording what it told the user: { ok, error, { {msg, level}, ... } }
+SETUP_SAID = (
+    "local said, notify = {}, vim.notify\n"
+    "vim.notify = function(msg, level) table.insert(said, { msg, level }) end\n"
+    "local ok, e = pcall(require('sidekick_tools').setup, ...)\n"
+    "vim.notify = notify\n"
+    "return { ok, ok and '' or e, said }"
+)
+
+
+def setup_errors(editor, opts) -> list[str]:
+    """setup(opts) must not raise (a user's init.lua goes on after it); the
+    lines of the ERROR notifications it gave, the prefix checked."""
+    ok, err, said = editor.lua(SETUP_SAID, opts)
+    assert ok is True, err
+    errors = [msg for msg, level in said if level == 4]  # vim.log.levels.ERROR
+    assert len(errors) <= 1, errors  # every problem in one message
+    for msg in errors:
+        assert msg.startswith("sidekick_tools: "), msg
+    return [line for msg in errors for line in msg.split("\n")]
+
+
 def start_nvim(workdir: Path, state_dir: Path, binary: str | None = None) -> Editor:
     argv = [
         binary or nvim_binary(),

@@ -15,7 +15,7 @@ import pytest
 
 from tests import install_specs
 from tests.conftest import wait_for
-from tests.integration.conftest import ROOT
+from tests.integration.conftest import ROOT, setup_errors
 
 pytestmark = pytest.mark.integration
 
@@ -223,22 +223,10 @@ def test_checkhealth_says_a_state_dir_that_cannot_be_used(editor, tmp_path):
 
 
 def test_setup_rejects_wrong_types(editor):
-    err = editor.lua(
-        "local setup = require('sidekick_tools').setup\n"
-        "local ok, e = pcall(setup, { tasks = { max_concurrent = 'x' } })\n"
-        "return e"
-    )
-    assert "tasks.max_concurrent must be number" in err
-    err = editor.lua(
-        "local ok, e = pcall(require('sidekick_tools').setup, { agents = { a = { cmd = {} } } })\n"
-        "return e"
-    )
-    assert "agents.a.cmd" in err
-
-
-SETUP_ERROR = (
-    "local ok, e = pcall(require('sidekick_tools').setup, ...)\nreturn { ok, ok and '' or e }"
-)
+    said = setup_errors(editor, {"tasks": {"max_concurrent": "x"}})
+    assert any("tasks.max_concurrent must be number" in line for line in said), said
+    said = setup_errors(editor, {"agents": {"a": {"cmd": []}}})
+    assert any("agents.a.cmd" in line for line in said), said
 
 
 @pytest.mark.parametrize(
@@ -258,11 +246,52 @@ SETUP_ERROR = (
     ],
 )
 def test_setup_rejects_wrong_values_with_the_options_name(editor, opts, said):
-    ok, err = editor.lua(SETUP_ERROR, opts)
-    assert ok is False
-    assert err.startswith("sidekick_tools: " + said), err
-    # the configuration in force is the one before
+    lines = setup_errors(editor, opts)
+    assert any(line.startswith(said) for line in lines), lines
+    # the wrong option keeps its default
     assert editor.lua("return require('sidekick_tools.config').current.tasks.max_concurrent") == 5
+    assert editor.lua("return require('sidekick_tools.config').current.result.max_lines") == 200
+
+
+def test_setup_never_raises_and_says_every_wrong_option_at_once(editor):
+    """`tasks.max_concurrent = 0` raised E5113 with a traceback that ended the
+    user's init.lua there, and only the first wrong option was said."""
+    said = editor.lua(
+        "local said, notify = {}, vim.notify\n"
+        "vim.notify = function(msg, level) table.insert(said, { msg, level }) end\n"
+        "require('sidekick_tools').setup({ state_dir = ..., python = select(2, ...),\n"
+        "  tasks = { max_concurrent = 0, halt_grace = 2, retention = 'long' },\n"
+        "  result = { max_lines = 'x' }, notify = 'sometimes', chat = { max_turns = 3 } })\n"
+        "vim.g.after_setup = true  -- the rest of an init.lua\n"
+        "vim.notify = notify\n"
+        "return said",
+        str(editor.state_dir),
+        sys.executable,
+    )
+    assert editor.lua("return vim.g.after_setup") is True
+    errors = [msg for msg, level in said if level == 4]
+    assert len(errors) == 1, said
+    lines = errors[0].split("\n")
+    assert lines[0].startswith("sidekick_tools: ") and "default" in lines[0]
+    assert lines[1:] == [
+        "option tasks.max_concurrent must be at least 1, got 0",
+        "option tasks.retention must be a table, got string",
+        "option result.max_lines must be number, got string",
+        'notify must be "always", "never" or "background"',
+    ]
+    current = editor.lua("return require('sidekick_tools.config').current")
+    # the wrong ones keep their defaults, the right ones are in force
+    assert current["tasks"]["max_concurrent"] == 5
+    assert current["tasks"]["retention"] == {"completed": 86400, "failed": 172800}
+    assert current["result"]["max_lines"] == 200
+    assert current["notify"] == "background"
+    assert current["tasks"]["halt_grace"] == 2
+    assert current["chat"]["max_turns"] == 3
+    assert current["state_dir"] == str(editor.state_dir)
+    # and the plugin works with them
+    editor.open_chat(CHAT)
+    editor.run_tool(5)
+    editor.wait_text("```result id=c1 status=completed exit=0")
 
 
 def test_setup_warns_once_about_unknown_names_and_keeps_the_rest(editor):
