@@ -259,6 +259,22 @@ def test_long_output_keeps_the_tail_and_names_the_log(editor):
         assert f.read().split() == [str(i) for i in range(1, 51)]
 
 
+def test_a_long_outputs_note_counts_every_line_it_hides(editor):
+    """`seq 1 300000`: "[... 1726752 earlier bytes and 37249 earlier lines not
+    shown; ...]" while 299,800 lines were hidden."""
+    editor.setup()
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": "seq 1 300000"})))
+    editor.run_tool(5)
+    text = editor.wait_text("```result id=call_01 status=completed exit=0")
+    lines = text.split("\n")
+    start = lines.index(next(x for x in lines if x.startswith("```result id=call_01")))
+    body = lines[start + 1 : lines.index("```", start + 1)]
+    assert re.fullmatch(
+        r"\[\.\.\. 299800 earlier lines truncated; full output: /\S+/stdout\]", body[0]
+    )
+    assert body[1:] == [str(i) for i in range(299801, 300001)]
+
+
 def test_help_tags_resolve(editor, tmp_path):
     import shutil
 

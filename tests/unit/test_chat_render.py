@@ -228,12 +228,20 @@ def test_truncate_tail_no_cut():
 
 def test_a_cut_after_a_tail_read_counts_both_in_one_line():
     """A 300 MB output's result said "[... 11716 earlier lines truncated ...]": the
-    line cut dropped the tail read's own note of the bytes it had left out."""
-    text = "[... 300000000 earlier bytes not shown; full log: /log]\n" + "\n".join(
-        f"l{i}" for i in range(10)
-    )
+    line cut dropped the tail read's own note of the bytes it had left out. Then
+    "[... 1726752 earlier bytes and 37249 earlier lines not shown ...]" for
+    `seq 1 300000` read as one span of 37,249 lines, while 299,800 were hidden:
+    lines the tail read counted are added up; bytes it did not count come first."""
+    tail = "\n".join(f"l{i}" for i in range(10))
+    text = "[... 299990 earlier lines (1888888 bytes) not shown; full log: /log]\n" + tail
     assert truncate_tail(text, 3, "/log") == (
-        "[... 300000000 earlier bytes and 7 earlier lines not shown; full output: /log]\nl7\nl8\nl9"
+        "[... 299997 earlier lines truncated; full output: /log]\nl7\nl8\nl9"
+    )
+    # a log too big to count its lines in: the bytes, then the lines after them
+    text = "[... 300000000 earlier bytes not shown; full log: /log]\n" + tail
+    assert truncate_tail(text, 3, "/log") == (
+        "[... the first 300000000 bytes, then 7 more lines, not shown; full output: /log]"
+        "\nl7\nl8\nl9"
     )
 
 

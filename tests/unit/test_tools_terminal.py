@@ -683,14 +683,26 @@ def test_result_from_task_tails_large_output(tmp_path):
     res = rtc.result_from_task(_task(tmp_path, out, b"E" * 10 + b"\n"), tail_bytes=1000)
     lines = res.body.split("\n")
     path = os.path.join(tmp_path, "log", "stdout")
-    assert re.fullmatch(
-        rf"\[\.\.\. (\d+) earlier bytes not shown; full log: {re.escape(path)}\]", lines[0]
+    note = re.fullmatch(
+        rf"\[\.\.\. (\d+) earlier lines \((\d+) bytes\) not shown; full log: {re.escape(path)}\]",
+        lines[0],
     )
-    shown = int(re.search(r"(\d+) earlier", lines[0]).group(1))
+    assert note
+    shown = int(note.group(2))
     assert lines[1].startswith("line ") and len(lines[1]) == 10  # a whole line, not a fragment
     assert lines[-3] == "line 19999"
     assert lines[-2:] == ["[stderr]", "EEEEEEEEEE"]
     assert shown + sum(len(x) + 1 for x in lines[1:-2]) == len(out)
+    assert int(note.group(1)) + len(lines[1:-2]) == 20000  # every line is counted once
+
+
+def test_a_tail_of_a_log_too_big_to_count_gives_the_bytes_it_leaves_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(rtc, "COUNT_LINES_BYTES", 1000)
+    out = b"".join(b"line %05d\n" % i for i in range(20000))
+    res = rtc.result_from_task(_task(tmp_path, out), tail_bytes=1000)
+    first, *rest = res.body.split("\n")
+    shown = re.fullmatch(r"\[\.\.\. (\d+) earlier bytes not shown; full log: \S+/stdout\]", first)
+    assert shown and int(shown.group(1)) + sum(len(x) + 1 for x in rest) == len(out)
 
 
 def test_result_from_task_tail_cut_inside_a_long_multibyte_line(tmp_path):

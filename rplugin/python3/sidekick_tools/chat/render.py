@@ -89,8 +89,12 @@ def new_call_id(taken: set[str]) -> str:
             return call_id
 
 
-# The first line of a result whose tail alone was read (run_terminal_command)
-_SKIPPED_BYTES = re.compile(r"\[\.\.\. (\d+) earlier bytes not shown; full log: .*\]")
+# The first line of a result whose tail alone was read (run_terminal_command):
+# the lines it left out, when they were counted, and their bytes
+_SKIPPED = re.compile(
+    r"\[\.\.\. (?:(?P<lines>\d+) earlier lines \((?P<bytes>\d+) bytes\)"
+    r"|(?P<only_bytes>\d+) earlier bytes) not shown; full log: .*\]"
+)
 
 
 def truncate_tail(text: str, max_lines: int, log_path: str | None) -> str:
@@ -106,12 +110,17 @@ def truncate_tail(text: str, max_lines: int, log_path: str | None) -> str:
     if not text or len(lines) <= max_lines:
         return text
     cut = len(lines) - max_lines
-    skipped = _SKIPPED_BYTES.fullmatch(lines[0])  # the tail read said what it left out
+    skipped = _SKIPPED.fullmatch(lines[0])  # the tail read said what it left out
     shown_cut = cut - 1 if skipped else cut
+    if skipped and skipped["lines"] is not None:
+        shown_cut += int(skipped["lines"])  # every line before the ones kept
     word = "line" if shown_cut == 1 else "lines"
     note = f"[... {shown_cut} earlier {word} truncated"
-    if skipped:
-        note = f"[... {skipped[1]} earlier bytes and {shown_cut} earlier {word} not shown"
+    if skipped and skipped["only_bytes"] is not None:
+        # lines not counted (a huge log): the two spans, in the order they come
+        note = (
+            f"[... the first {skipped['only_bytes']} bytes, then {shown_cut} more {word}, not shown"
+        )
     note += f"; full output: {log_path}]" if log_path else "]"
     kept = lines[cut:]
     out = "\n".join([note, *kept])

@@ -22,6 +22,10 @@ from .base import Streams, ToolContext, ToolResult
 from .schema import boolean, number, object_schema, string, validate
 
 TAIL_BYTES = 256 * 1024  # at most this much of each of stdout/stderr goes into a body
+# The lines of a log before its tail are counted up to this size (a few ms);
+# past it, the note of what the tail leaves out gives its bytes only.
+COUNT_LINES_BYTES = 32 * 1024 * 1024
+_COUNT_CHUNK = 1024 * 1024
 
 _REASONS = {
     "timeout": "timed out; the process group was killed",
@@ -243,13 +247,37 @@ def _tail(log_dir: Any, name: str, limit: int) -> str:
             data = data[nl + 1 :]
         elif not is_binary(data):
             data = after_cut(data).lstrip(bytes(range(0x80, 0xC0)))
-        note = f"[... {size - len(data)} earlier bytes not shown; full log: {path}]\n"
+        skipped = size - len(data)
+        lines = _count_lines(path, skipped)
+        if lines is None:
+            note = f"[... {skipped} earlier bytes not shown; full log: {path}]\n"
+        else:
+            note = f"[... {lines} earlier lines ({skipped} bytes) not shown; full log: {path}]\n"
     if is_binary(data):  # named by the log's own size, before any decoding
         return f"[binary output: {size} bytes not shown; full log: {path}]"
     text = data.decode("utf-8", errors="replace")
     if text.endswith("\n"):
         text = text[:-1]
     return note + text if text or note else ""
+
+
+def _count_lines(path: str, end: int) -> int | None:
+    """Newlines in the first `end` bytes of `path`; None past COUNT_LINES_BYTES
+    or when the file cannot be read."""
+    if end > COUNT_LINES_BYTES:
+        return None
+    count = 0
+    try:
+        with open(path, "rb") as f:
+            while end > 0:
+                chunk = f.read(min(_COUNT_CHUNK, end))
+                if not chunk:
+                    break
+                count += chunk.count(b"\n")
+                end -= len(chunk)
+    except OSError:
+        return None
+    return count
 
 
 def _duration(task: Any) -> float | None:
