@@ -14,13 +14,27 @@ local function describe(p)
   return line
 end
 
---- The question's text for the host's `plan` answer.
+--- A call with a problem (malformed, an unknown tool) cannot run: whatever
+--- the answer, it gets a failed result saying why. It is no call to consent to.
+local function broken(p)
+  return type(p.problem) == "string" and p.problem ~= ""
+end
+
+local function needs_consent(p)
+  return p.verdict == "ask" and not broken(p)
+end
+
+--- The question's text for the host's `plan` answer: the runnable calls are
+--- counted, those that need consent listed; calls that cannot run are named
+--- apart.
 ---@param plan table[] { id, tool, what, verdict = "approve"|"ask"|"deny", problem, why }
 ---@return string message
 function M.message(plan)
-  local ask, denied = {}, {}
+  local ask, denied, invalid = {}, {}, {}
   for _, p in ipairs(plan) do
-    if p.verdict == "ask" then
+    if broken(p) then
+      table.insert(invalid, p)
+    elseif p.verdict == "ask" then
       table.insert(ask, p)
     elseif p.verdict == "deny" then
       table.insert(denied, p)
@@ -29,14 +43,14 @@ function M.message(plan)
   local lines = {
     string.format(
       "Run %s? %s your consent:",
-      plural(#plan, "pending tool call"),
+      plural(#plan - #invalid, "pending tool call"),
       #ask == 1 and "This one needs" or ("These " .. #ask .. " need")
     ),
   }
   for _, p in ipairs(ask) do
     table.insert(lines, describe(p))
   end
-  local approved = #plan - #ask - #denied
+  local approved = #plan - #ask - #denied - #invalid
   if approved > 0 then
     table.insert(
       lines,
@@ -50,6 +64,12 @@ function M.message(plan)
       table.insert(lines, describe(p))
     end
   end
+  if #invalid > 0 then
+    table.insert(lines, "Cannot run (each gets a failed result saying why):")
+    for _, p in ipairs(invalid) do
+      table.insert(lines, describe(p))
+    end
+  end
   return table.concat(lines, "\n")
 end
 
@@ -57,9 +77,7 @@ end
 --- calls of the plan (nothing needed asking, or the user said run).
 ---@return boolean
 function M.ask(plan)
-  local needs = vim.tbl_filter(function(p)
-    return p.verdict == "ask"
-  end, plan)
+  local needs = vim.tbl_filter(needs_consent, plan)
   if #needs == 0 then
     return true
   end

@@ -133,11 +133,16 @@ def test_run_tools_asks_once_for_the_calls_that_need_consent(editor):
     before = editor.text()
     editor.nvim.input(":SidekickRunTools\r")
     dialog = screen.dialog(1)
-    assert "Run 4 pending tool calls? These 3 need your consent:" in dialog
+    # the malformed call cannot run: it is not counted among the calls to run
+    # nor among those needing consent ("Run 4 ... These 3 need" counted it)
+    assert "Run 3 pending tool calls? These 2 need your consent:" in dialog
     assert "run_terminal_command  touch made.txt  (touch is not a safe command)" in dialog
     assert 'write_file  {"content": "W"} (path="w.txt")' in dialog
     assert "(problem:" in dialog and "command" in dialog.split("(problem:", 1)[1]
     assert "1 other runs without asking." in dialog
+    # it is named apart, after the calls asked about, with its problem
+    head, invalid = dialog.split("Cannot run (each gets a failed result saying why):", 1)
+    assert "(problem:" not in head and "(problem:" in invalid
     assert "  ls" not in dialog  # the safe call is not asked about
     # while the question is open nothing has run
     assert editor.lua("return vim.api.nvim_get_mode().mode") == "r?"
@@ -157,6 +162,29 @@ def test_run_tools_asks_once_for_the_calls_that_need_consent(editor):
     assert (editor.workdir / "made.txt").exists()
     assert (editor.workdir / "w.txt").read_text() == "W"
     assert len(screen.shown("confirm")) == 2  # one question per command
+
+
+def test_a_call_that_cannot_run_is_no_reason_to_ask(editor):
+    """Only runnable calls need consent: a malformed call beside a safe one is
+    given its failed result, and nothing is asked."""
+    editor.setup()
+    screen = Screen(editor)
+    editor.open_chat(
+        chat(
+            call_block("run_terminal_command", {"command": "ls"}, "safe"),
+            call_block("no_such_tool", {"x": 1}, "unknown"),
+            call_block("run_terminal_command", {"cmd": "oops"}, "broken"),
+        )
+    )
+    editor.nvim.input(":SidekickRunTools\r")  # a question would wait for its answer
+    asked = wait_for(
+        lambda: screen.shown("confirm") or ("```result id=broken" in editor.text() and [""])
+    )
+    assert asked == [""], f"asked: {asked}"
+    text = editor.wait_text("```result id=broken status=failed")
+    assert "```result id=unknown status=failed" in text
+    assert "```result id=safe status=completed" in text
+    assert screen.shown("confirm") == []
 
 
 def test_run_tools_bang_and_calls_the_policy_decides(editor):
