@@ -231,20 +231,28 @@ async def test_read_files_empty_file(root, ctx):
     assert res.body == "==> empty <==\n"
 
 
-async def test_read_files_caps_each_file(root, ctx):
+async def test_read_files_notes_a_file_over_the_cap_and_pastes_none_of_it(root, ctx):
     big = ("é" * 100 + "\n") * 3000  # 603,000 bytes, two-byte characters
     (root / "big.txt").write_text(big, encoding="utf-8")
     (root / "small.txt").write_text("small")
     res = await READ.run({"paths": ["big.txt", "small.txt"]}, ctx)
     big_section, small_section = res.body.split("\n\n==> small.txt <==\n")
-    assert small_section == "small"
+    assert small_section == "small" and res.status == "completed"
     content = big_section.split("\n", 1)[1]
-    assert f"[truncated: showing the first {MAX_FILE_BYTES} of 603000 bytes" in content
-    text = content.rsplit("\n[truncated", 1)[0]
-    # the cap cut no character in half and shows no replacement garbage
-    assert "\ufffd" not in text
-    assert len(text.encode()) <= MAX_FILE_BYTES
-    assert big.startswith(text)
+    assert content.startswith(f"[not pasted: 603000 bytes, over the {MAX_FILE_BYTES // 1024} KiB")
+    assert "é" not in content and "\n" not in content
+
+
+async def test_read_files_cuts_at_the_calls_budget_without_halving_a_character(root, ctx):
+    part = ("é" * 100 + "\n") * 1200  # 241,200 bytes each: under the cap, 9 over the budget
+    for i in range(9):
+        (root / f"part{i}.txt").write_text(part, encoding="utf-8")
+    res = await READ.run({"paths": [f"part{i}.txt" for i in range(9)]}, ctx)
+    last = res.body.rsplit("==> part8.txt <==\n", 1)[1]
+    assert "[truncated: showing the first " in last and "of 241200 bytes" in last
+    text = last.rsplit("\n[truncated", 1)[0]
+    # the cut halved no character and shows no replacement garbage
+    assert "\ufffd" not in text and part.startswith(text) and len(text) < len(part)
 
 
 async def test_read_files_symlink_inside_is_followed(root, ctx):

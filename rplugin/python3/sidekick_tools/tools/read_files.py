@@ -10,7 +10,7 @@ from . import _fs
 from .base import ToolContext, ToolResult
 from .schema import array, object_schema, string, validate
 
-MAX_FILE_BYTES = 256 * 1024
+MAX_FILE_BYTES = 256 * 1024  # a bigger file is noted, not pasted: a chat is no place for it
 # One call reads at most this many files and this much in all: the model controls
 # the list, and the host holds the answer in memory before it is written.
 MAX_FILES = 64
@@ -86,6 +86,12 @@ def _read_one(shown: str, cwd: str, limit: int = MAX_FILE_BYTES) -> tuple[bool, 
 def _render(data: bytes, size: int) -> str:
     if looks_binary(data):
         return f"[binary file: {size} bytes]"
+    if size > MAX_FILE_BYTES:
+        return (
+            f"[not pasted: {size} bytes, over the {MAX_FILE_BYTES // 1024} KiB a file may "
+            "take in the chat; read parts of it with run_terminal_command "
+            "(e.g. head, sed -n '1,200p', grep -n)]"
+        )
     truncated = size > len(data)
     # An incremental decoder holds back a multi-byte character cut by the cap.
     text = codecs.getincrementaldecoder("utf-8")("replace").decode(data, final=not truncated)
@@ -96,8 +102,8 @@ def _render(data: bytes, size: int) -> str:
         notes.append("[note: not valid UTF-8; undecodable bytes are shown as \ufffd]")
     if truncated:
         notes.append(
-            f"[truncated: showing the first {len(data)} of {size} bytes; "
-            "read the rest with run_terminal_command (e.g. tail/sed)]"
+            f"[truncated: showing the first {len(data)} of {size} bytes, all this call "
+            "had left; read the rest in another call or with run_terminal_command]"
         )
     if not notes:
         return text
