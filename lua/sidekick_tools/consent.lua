@@ -58,16 +58,15 @@ function M.message(plan)
         or string.format("%d others run without asking.", approved)
     )
   end
-  if #denied > 0 then
-    table.insert(lines, "Denied by your policy (not run):")
-    for _, p in ipairs(denied) do
-      table.insert(lines, describe(p))
-    end
-  end
-  if #invalid > 0 then
-    table.insert(lines, "Cannot run (each gets a failed result saying why):")
-    for _, p in ipairs(invalid) do
-      table.insert(lines, describe(p))
+  for _, part in ipairs({
+    { "Denied by your policy (not run):", denied },
+    { "Cannot run (each gets a failed result saying why):", invalid },
+  }) do
+    if #part[2] > 0 then
+      table.insert(lines, part[1])
+      for _, p in ipairs(part[2]) do
+        table.insert(lines, describe(p))
+      end
     end
   end
   return table.concat(lines, "\n")
