@@ -57,8 +57,8 @@ class CallChain:
         # before the reply to the request that made them): the call as the user
         # asked for it is at hand, with no round trip to look it up by its mark.
         # By row, not by id: a duplicate id names another block too.
-        current = mirror.chat().call_at(call.start_row)
-        same = current is not None and current.start_row == call.start_row
+        current = mirror.chat().call_at(tracked.row)
+        same = current is not None and current.start_row == tracked.row
         found = (mirror, current) if same and current.call_id == tracked.call_id else None
         self.spawn(self.chain(tracked, cwd, found=found, gate=gate))
         return {"id": tracked.call_id, "tool": tracked.tool}
