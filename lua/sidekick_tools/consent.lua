@@ -15,7 +15,9 @@ local function describe(p)
 end
 
 --- A call with a problem (malformed, an unknown tool) cannot run: whatever
---- the answer, it gets a failed result saying why. It is no call to consent to.
+--- the answer, it gets a failed result saying why, or, when its block itself
+--- is broken (a repeated id, a fence never closed), only its ✗. It is no call
+--- to consent to.
 local function broken(p)
   return type(p.problem) == "string" and p.problem ~= ""
 end
@@ -60,7 +62,7 @@ function M.message(plan)
   end
   for _, part in ipairs({
     { "Denied by your policy (not run):", denied },
-    { "Cannot run (each gets a failed result saying why):", invalid },
+    { "Cannot run (each ✗ says why):", invalid },
   }) do
     if #part[2] > 0 then
       table.insert(lines, part[1])

@@ -141,7 +141,7 @@ def test_run_tools_asks_once_for_the_calls_that_need_consent(editor):
     assert "(problem:" in dialog and "command" in dialog.split("(problem:", 1)[1]
     assert "1 other runs without asking." in dialog
     # it is named apart, after the calls asked about, with its problem
-    head, invalid = dialog.split("Cannot run (each gets a failed result saying why):", 1)
+    head, invalid = dialog.split("Cannot run (each ✗ says why):", 1)
     assert "(problem:" not in head and "(problem:" in invalid
     assert "  ls" not in dialog  # the safe call is not asked about
     # while the question is open nothing has run

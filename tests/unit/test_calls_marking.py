@@ -138,3 +138,26 @@ def test_locate_finds_a_call_whose_id_a_reload_took_away_by_its_text():
     twins = parse(lines[:8] + block("run_terminal_command", make))
     assert locate(twins, "call_0a0b0c", 8, "run_terminal_command", make).start_row == 8
     assert locate(twins, "call_0a0b0c", -1, "run_terminal_command", make) is None
+
+
+def test_the_scan_never_moves_a_calls_mark_onto_a_block_repeating_its_id():
+    from sidekick_tools.calls.scan import DiagnosticScan
+
+    lines = ["USER: go", "", "ASSISTANT: ok", ""]
+    lines += block("run_terminal_command", '{"command": "echo first"}', "m7")
+    lines += block("run_terminal_command", '{"command": "echo dup"}', "m7")
+    lines += block("run_terminal_command", '{"command": "ls"}', "c2")
+    port = Port(lines)
+    port.on_buffer_change = None
+    registry = CallRegistry(port)
+    scan = DiagnosticScan(port, registry)
+    first = registry.follow(BUF, "m7", "run_terminal_command", "chat.sidekick.md", 1)
+    registry.state(first, "running")
+    other = registry.follow(BUF, "c2", "run_terminal_command", "chat.sidekick.md", 2)
+    registry.state(other, "running")
+    scan.scan(BUF)
+    (sent,) = [e for e in port.events if e["type"] == "scan"]
+    # c2's mark is set again on its block; m7's is left where it is (on the
+    # block it was given), never put on the later block with the same id
+    assert sent["anchors"] == [[2, 12]]
+    assert registry.get(BUF, "m7") is first

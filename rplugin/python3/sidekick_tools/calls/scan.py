@@ -12,6 +12,7 @@ Lua then draws them again where they belong).
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -78,9 +79,12 @@ class DiagnosticScan:
             self.on_scanned(buf)
         followed = self.registry.in_buffer(buf)
         anchors = []
+        blocks = Counter(c.call_id for c in chat.calls)
         for call in chat.calls:
             tracked = followed.get(call.call_id or "")
-            if tracked is None:
+            if tracked is None or blocks[call.call_id] > 1:
+                # a repeated id names two blocks: which one is the call's, its
+                # mark says (the block the text says is not necessarily its)
                 continue
             if tracked.done and text_state(call) != tracked.state:
                 # undone (or edited) since: the text says what it is
@@ -89,9 +93,8 @@ class DiagnosticScan:
                 continue
             anchors.append([tracked.mark, call.start_row])
         if self.on_id_lost is not None:
-            ids = {c.call_id for c in chat.calls}
             for tracked in list(followed.values()):
-                lost = not tracked.done and tracked.call_id not in ids
+                lost = not tracked.done and tracked.call_id not in blocks
                 if lost and locate(chat, tracked.call_id, -1, tracked.tool, tracked.body):
                     self.on_id_lost(tracked)
         known = self.unfollowed.get(buf) or {}
