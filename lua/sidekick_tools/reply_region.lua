@@ -143,8 +143,6 @@ function M.open(buf, mark, row)
   follow(buf, row)
 end
 
---- One streamed edit { start_row, start_col, end_row, end_col, lines } relative
---- to the region; `expect` is what its first row held, `rows` the region's size.
 -- Whether the region of `mark` is as the host left it: `rows` rows, `expect`
 -- on row `at` of it.
 local function as_left(buf, mark, at, expect, rows)
@@ -156,6 +154,8 @@ local function as_left(buf, mark, at, expect, rows)
     or nil
 end
 
+--- One streamed edit { start_row, start_col, end_row, end_col, lines } relative
+--- to the region; `expect` is what its first row held, `rows` the region's size.
 function M.edit(buf, mark, e, expect, rows)
   if desynced[mark] then
     return
@@ -206,8 +206,39 @@ local function place_at_end(buf, mark, lines)
   place(buf, mark, first, first + #lines - 1)
 end
 
+local function words(text)
+  return vim.trim((text:gsub("%s+", " ")))
+end
+
+--- The rows of a reply that a rewrite of the whole buffer changed (`:%!fmt`
+--- wraps it anew): the last ASSISTANT: message, if its words so far begin the
+--- words of `lines` (an earlier message is never taken for it). Its first and
+--- last row, or nil.
+local function rewritten(buf, lines)
+  local whole = words(table.concat(lines, "\n"))
+  local all = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+  local stop = #all -- 1-based: the last row of the message below the one looked at
+  for i = #all, 1, -1 do
+    if starts_message(all[i]) then
+      if all[i]:match("^ASSISTANT:") then
+        local last = stop
+        while last > i and all[last]:match("^%s*$") do
+          last = last - 1
+        end
+        local said = words(table.concat(all, "\n", i, last))
+        if vim.startswith(whole, said) then
+          return i - 1, last - 1
+        end
+        return nil
+      end
+      stop = i - 1
+    end
+  end
+end
+
 --- The reply ended: its region becomes exactly `lines`. False when the region is gone.
 function M.close(buf, mark, lines)
+  local k = known[mark]
   relocate(buf, mark)
   local first, last = M.rows(buf, mark)
   desynced[mark] = nil
@@ -216,13 +247,19 @@ function M.close(buf, mark, lines)
     return false
   end
   local current = vim.api.nvim_buf_get_lines(buf, first, last + 1, false)
-  -- its rows (and the chat's last rows after them) taken away, the region has
-  -- shrunk to the last row, not its own, or past the end; an edit inside a reply
-  -- leaves it its rows
-  local ends = last >= vim.api.nvim_buf_line_count(buf) - 1
-  local lost = ends and #current <= 1 and not (current[1] or ""):match("^ASSISTANT:")
-  if lost then
-    place_at_end(buf, mark, lines)
+  -- A region that no longer starts with the reply's ASSISTANT: line lost its
+  -- place: an undo or `:e!` took its rows away, or a rewrite of every line
+  -- left its mark on the first row. What is there is the user's: the reply is
+  -- written where the rewrite put it, else at the end of the chat.
+  local swept = #current == 1 and k ~= nil and k.rows > 1 and current[1] ~= k.header
+  if swept or not (current[1] or ""):match("^ASSISTANT:") then
+    local from, to = rewritten(buf, lines)
+    if from then
+      edit(buf, vim.api.nvim_buf_set_lines, buf, from, to + 1, false, lines)
+      place(buf, mark, from, from + #lines - 1)
+    else
+      place_at_end(buf, mark, lines)
+    end
   elseif not vim.deep_equal(current, lines) then
     edit(buf, vim.api.nvim_buf_set_lines, buf, first, last + 1, false, lines)
   end
