@@ -382,3 +382,27 @@ def test_a_notice_waits_for_a_pending_call_after_it(editor, resolve):
         p2_result = next(i for i, line in enumerate(lines) if line.startswith("```result id=p2 "))
         assert p2 < p2_result < notice
         assert lines[-1] == "USER: "  # the line for the user's reply stays last
+
+
+def test_a_call_whose_task_was_stopped_at_quit_runs_again_when_asked(editors):
+    """kill_on_exit stopped the task when Neovim quit with the chat unsaved: the
+    reopened chat's call is pending, and :SidekickRunTool runs it (the stopped
+    task did not do its work), instead of writing the stopped task's result."""
+    first = editors()
+    first.setup(tasks={"hybrid_threshold": 0.2})
+    marker = first.workdir / "go"
+    path = first.workdir / "chat.sidekick.md"
+    first.open_chat(HEAD + call("r0", wait_cmd(marker, "echo ran-again")))
+    first.run_tool(5)
+    first.wait_text("```result id=r0 status=running task=")
+    stopped = task_of(first, "r0")["id"]
+    quit_nvim(first)  # unsaved: the file on disk has no result
+    second = editors()
+    second.setup(tasks={"hybrid_threshold": 0.2})
+    second.nvim.command(f"edit {path}")
+    assert "```result" not in second.text()
+    wait_for(lambda: task_of(second, "r0")["status"] == "cancelled")
+    marker.write_text("")
+    second.run_tool(5)
+    out = second.wait_text("```result id=r0 status=completed exit=0")
+    assert "ran-again" in out and f"task={stopped}" not in out

@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import tools
 from ..chat import ToolCall
+from ..tasks.model import TaskStatus
 from ..tools.base import ToolContext, ToolResult
 from ..tools.policy import judge
 from .context import CallContext
@@ -103,7 +104,10 @@ class CallExecutor:
 
     def _undelivered_task(self, chat: str, call: ToolCall) -> Any:
         """The task this pending call started before, if its result was never
-        written (a result the user deleted was delivered: the call runs again)."""
+        written (a result the user deleted was delivered: the call runs again).
+        A task that was stopped (halted, or by `kill_on_exit` when its Neovim
+        quit with the chat unsaved) did not do its work: running the call
+        again is what the user asks for."""
         if call.result is not None or not call.call_id:
             return None
         try:
@@ -111,7 +115,7 @@ class CallExecutor:
         except Exception:  # an unreadable store must not stop the call
             log.warning("looking up earlier tasks of call %s failed", call.call_id, exc_info=True)
             return None
-        if task is None or task.delivered:
+        if task is None or task.delivered or task.status is TaskStatus.CANCELLED:
             return None
         return task
 
