@@ -250,10 +250,14 @@ function M.close(buf, mark, lines)
   -- A region that no longer starts with the reply's ASSISTANT: line lost its
   -- place: an undo or `:e!` took its rows away, or a rewrite of every line
   -- left its mark on the first row. What is there is the user's: the reply is
-  -- written where the rewrite put it, else at the end of the chat.
+  -- written where the rewrite put it (only then: after an undo the last
+  -- ASSISTANT: message is an earlier reply), else at the end of the chat.
   local swept = #current == 1 and k ~= nil and k.rows > 1 and current[1] ~= k.header
   if swept or not (current[1] or ""):match("^ASSISTANT:") then
-    local from, to = rewritten(buf, lines)
+    local from, to
+    if first == 0 then
+      from, to = rewritten(buf, lines)
+    end
     if from then
       edit(buf, vim.api.nvim_buf_set_lines, buf, from, to + 1, false, lines)
       place(buf, mark, from, from + #lines - 1)

@@ -651,6 +651,32 @@ def test_an_undo_or_reload_during_a_stream_leaves_a_well_formed_chat(editor, fak
     ]
 
 
+@pytest.mark.parametrize("how", ["undo", "edit!"])
+def test_an_undo_during_a_stream_never_takes_an_earlier_reply_for_it(editor, fake, kind, how):
+    """The reply's rows taken away, an earlier reply whose words begin it is
+    still not it: that message stays, and the reply goes at the end."""
+    words = " ".join(f"w{i}" for i in range(60))
+    fake.push(reply("Streaming slowly. " + words, chunk=4, tokens_per_second=60))
+    setup(editor, fake, kind)
+    editor.open_chat("USER: first\n\nASSISTANT: Streaming\n\nUSER: stream please\n")
+    send(editor)
+    editor.wait_text("Streaming slowly.")
+    editor.nvim.command(how)
+    wait_replies(editor, 1)
+    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    assert editor.lines() == [
+        "USER: first",
+        "",
+        "ASSISTANT: Streaming",
+        "",
+        "USER: stream please",
+        "",
+        f"ASSISTANT: Streaming slowly. {words}",
+        "",
+        "USER: ",
+    ]
+
+
 def test_a_call_still_streaming_is_not_called_malformed(editor, fake, kind):
     """While a call's JSON streams in, its block is not diagnosed: it is not
     malformed, only unfinished."""
