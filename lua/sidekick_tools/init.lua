@@ -150,9 +150,12 @@ function M.run_tools(bufnr, opts)
     end
     -- exactly the calls the user was shown (plan gave each an id): one added
     -- while the question was open does not run unasked
-    ids = vim.tbl_map(function(p)
-      return p.id
-    end, plan)
+    ids = {} -- each id with the digest of the text shown: a call changed since does not run
+    for _, p in ipairs(plan) do
+      if ids[p.id] == nil then -- a later block repeating an id is not that call
+        ids[p.id] = p.seen
+      end
+    end
   end
   return ask("run_tools", bufnr, cwd, ids)
 end

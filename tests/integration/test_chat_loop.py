@@ -677,6 +677,29 @@ def test_an_undo_during_a_stream_never_takes_an_earlier_reply_for_it(editor, fak
     ]
 
 
+def test_run_tools_waits_for_the_reply_to_end(editor, fake, kind):
+    """A reply still streaming may have calls not all there yet (a command
+    half arrived): :SidekickRunTools refuses until it has ended, so no call
+    runs in a form the user was not shown."""
+    words = " ".join(f"w{i}" for i in range(80))
+    fake.push(
+        reply(
+            "Running. " + words,
+            tool_call("run_terminal_command", {"command": "touch streamed.txt"}, id="c_s"),
+            chunk=4,
+            tokens_per_second=60,
+        )
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: go\n")
+    send(editor)
+    editor.wait_text("Running. w0")
+    answer = editor.lua("return { require('sidekick_tools').run_tools(nil, { confirm = false }) }")
+    assert answer[0] is None and "still streaming" in answer[1]
+    wait_replies(editor, 1)
+    assert not (editor.workdir / "streamed.txt").exists()
+
+
 def test_a_call_still_streaming_is_not_called_malformed(editor, fake, kind):
     """While a call's JSON streams in, its block is not diagnosed: it is not
     malformed, only unfinished."""

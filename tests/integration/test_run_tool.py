@@ -333,3 +333,25 @@ def test_calls_waiting_their_turn_in_run_tools_say_so_and_can_still_be_denied(ed
     assert "```result id=a status=completed" in text and "\nthird\n" not in text
     tasks = editor.lua("return require('sidekick_tools').list_tasks({ all = true })")
     assert sorted(t["call_id"] for t in tasks) == ["a", "b"]
+
+
+def test_a_call_whose_text_changed_while_the_question_was_open_is_not_run(editor):
+    """What runs is what the user was asked about: a call whose text changed
+    while :SidekickRunTools' question was open (a reply still arriving, an
+    edit) is not run, and the user is told."""
+    editor.setup()
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": "touch asked.txt"}, "c1")))
+    editor.lua(
+        "require('sidekick_tools.consent').ask = function()\n"
+        "  local row = vim.fn.search('touch asked.txt') - 1\n"
+        "  vim.api.nvim_buf_set_lines(0, row, row + 1, false,"
+        ' { \'{"command": "touch other.txt"}\' })\n'
+        "  return true\n"
+        "end"
+    )
+    editor.nvim.command("SidekickRunTools")
+    wait_for(lambda: [n for n in editor.notifications() if "c1 changed after you were asked" in n])
+    wait_for(lambda: [n for n in editor.notifications() if "none ran" in n])
+    assert "```result" not in editor.text()
+    assert not (editor.workdir / "other.txt").exists()
+    assert not (editor.workdir / "asked.txt").exists()

@@ -160,9 +160,15 @@ class Host:
     @rpc.request
     def rpc_run_tools(self, buf: int, cwd: str | None = None, ids: Any = None) -> Any:
         """Run the pending calls of the last assistant message; with `ids`, only
-        those (the ones the user agreed to in :SidekickRunTools' question)."""
+        those (the ones the user agreed to in :SidekickRunTools' question): a
+        list of ids, or a map of each id to the `seen` digest `plan` gave its
+        text (a call whose text is no longer the one asked about is not run)."""
         cwd = str(cwd) if cwd else self._cwd()
-        chosen = [str(i) for i in _list(ids)] if ids is not None else None
+        chosen: Any = None
+        if isinstance(ids, dict):
+            chosen = {str(k): str(v) for k, v in ids.items()}
+        elif ids is not None:
+            chosen = [str(i) for i in _list(ids)]
         return self._run_request(lambda gate: self.calls.run_tools(int(buf), cwd, gate, chosen))
 
     def _run_request(self, start: Callable[[asyncio.Future[None]], Any]) -> Any:

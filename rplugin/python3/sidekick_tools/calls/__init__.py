@@ -42,6 +42,7 @@ class CallRunner:
         self.loop = ChatLoop(self.ctx, self.writer, self.chain)
         self.follower.hold = self.loop.notice
         self.chain.answers_broken = self.loop.armed
+        self.chain.streaming = self.loop.streaming
 
         def written(tracked: Tracked, result: Any) -> None:
             self.follower.result_written(tracked, result)

@@ -11,6 +11,7 @@ result handed to the writer.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -42,6 +43,8 @@ class CallChain:
         # with its failed result, as running it by hand would, and the chain goes
         # on; else it waits for the user, its ✗ saying why.
         self.answers_broken: Callable[[int], bool] = lambda _buf: False
+        # whether a reply streams into a buffer: its calls are not all there yet
+        self.streaming: Callable[[int], bool] = lambda _buf: False
         self._bg: set[asyncio.Future[Any]] = set()
 
     # -- what the user runs -------------------------------------------------------------
@@ -68,19 +71,36 @@ class CallChain:
         buf: int,
         cwd: str,
         gate: asyncio.Future[None] | None = None,
-        ids: Iterable[str] | None = None,
+        ids: Iterable[str] | dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """Run the pending calls of the last assistant message (only `ids`, when
-        given: the ones the user agreed to), one after the other."""
+        given: the ones the user agreed to; with the `seen` digest of the text
+        they were shown, a call whose text changed since is not run), one after
+        the other."""
+        self._refuse_streaming(buf)
         mirror = await self.marks.mirror(buf)
         message = mirror.chat().last_assistant()
         pending = [c for c in (message.calls if message else []) if c.pending]
+        changed: list[ToolCall] = []
         if ids is not None:
-            wanted = set(ids)
-            pending = [c for c in pending if c.call_id in wanted]
+            seen = ids if isinstance(ids, dict) else dict.fromkeys(ids, "")
+            pending = [c for c in pending if c.call_id in seen]
+            changed = [
+                c
+                for c in pending
+                if not (c.error or "").startswith(STRUCTURAL)  # never run: no matter
+                and seen[c.call_id or ""] not in ("", digest(c))
+            ]
+            pending = [c for c in pending if c not in changed]
+        for call in changed:
+            self.ctx.port.notify_user(
+                f"sidekick_tools: {call.call_id} changed after you were asked; not run", "warn"
+            )
         if not pending:
+            if changed:
+                raise UserError("sidekick_tools: the calls changed after you were asked; none ran")
             raise UserError("sidekick_tools: no pending tool call in the last assistant message")
-        chosen: list[tuple[Tracked, int]] = []  # each call with its header's row
+        chosen: list[tuple[Tracked, ToolCall]] = []  # each call with its text as agreed to
         broken, busy = [], []
         for call in pending:
             if call.error and call.error.startswith(STRUCTURAL):
@@ -90,8 +110,8 @@ class CallChain:
                 busy.append(call)  # started or denied a moment ago: its result is coming
                 continue
             tracked = await self.marks.prepare(buf, call)
-            if tracked is not None:  # where it was marked: the text may have moved
-                chosen.append((tracked, tracked.row))
+            if tracked is not None:
+                chosen.append((tracked, call))
         if not chosen:
             if broken:
                 problem = broken[0].error
@@ -102,6 +122,13 @@ class CallChain:
             raise UserError(f"sidekick_tools: no pending call can run: {problem}")
         self.spawn(self._run_tracked(buf, chosen, cwd, gate))
         return {"count": len(chosen), "ids": [t.call_id for t, _ in chosen]}
+
+    def _refuse_streaming(self, buf: int) -> None:
+        if self.streaming(buf):
+            raise UserError(
+                "sidekick_tools: a reply is still streaming into this chat; "
+                "run its calls once it has ended"
+            )
 
     async def run_call(self, buf: int, call_id: str, cwd: str) -> dict[str, Any]:
         """Run call `call_id` again (its result block is replaced); no chain."""
@@ -128,6 +155,7 @@ class CallChain:
         needs the user's consent; a command says ``why``) or "deny" (the policy
         refuses it); a broken call says its ``problem``. Calls written without an
         id get one here, so the user's answer can name them (`run_tools(..., ids)`)."""
+        self._refuse_streaming(buf)
         await self.marks.give_ids(buf)
         mirror = await self.marks.mirror(buf)
         message = mirror.chat().last_assistant()
@@ -150,6 +178,7 @@ class CallChain:
                     "what": describe(call) + outside_note(call.params, cwd),
                     "problem": problem or None,
                     "why": why,
+                    "seen": digest(call),
                 }
             )
         return out
@@ -211,7 +240,7 @@ class CallChain:
     async def _run_tracked(
         self,
         buf: int,
-        chosen: list[tuple[Tracked, int]],
+        chosen: list[tuple[Tracked, ToolCall]],
         cwd: str,
         gate: asyncio.Future[None] | None = None,
     ) -> None:
@@ -228,13 +257,18 @@ class CallChain:
         try:
             mirror = await self.marks.mirror(buf)
             snapshot = mirror.chat()  # the calls as they were when the user asked
-            for tracked, row in chosen:
+            for tracked, agreed in chosen:
                 if self.ctx.registry.live(tracked) is None:
                     continue  # denied (or run on its own) meanwhile: followed anew, not ours
                 tracked.waiting = False
-                call = snapshot.call_at(row)
-                if call is None or call.start_row != row or call.call_id != tracked.call_id:
-                    self.ctx.registry.forget(tracked)  # moved: its text says its state
+                call = snapshot.call_at(tracked.row)  # where it was marked
+                if (
+                    call is None
+                    or call.start_row != tracked.row
+                    or call.call_id != tracked.call_id
+                    or digest(call) != digest(agreed)  # its text is the one agreed to
+                ):
+                    self.ctx.registry.forget(tracked)  # moved or changed: its text says its state
                     continue
                 result = await self.executor.run(
                     tracked, cwd, explicit=None, found=(mirror, call), gate=gate
@@ -314,3 +348,10 @@ class CallChain:
         self._bg.add(fut)
         fut.add_done_callback(self._bg.discard)
         fut.add_done_callback(log_failure)
+
+
+def digest(call: ToolCall) -> str:
+    """A short fingerprint of a call's tool and text: what the user was asked
+    about is what runs."""
+    text = f"{call.tool}\0{call.body}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(text).hexdigest()[:16]
