@@ -106,34 +106,53 @@ local function note_region(buf, mark)
   end
 end
 
---- Find reply `mark` again when its region is not as it was left: the last
---- ASSISTANT: line that reads as its first row did, with room below it for
---- its rows, becomes its region. False when there is none.
-local function relocate(buf, mark)
-  local k = known[mark]
-  if not k or not k.header:match("^ASSISTANT:") then
-    return false
-  end
-  local first = M.rows(buf, mark)
-  if first and (vim.api.nvim_buf_get_lines(buf, first, first + 1, false)[1] == k.header) then
-    return false -- it starts where it should: what differs is the user's edit
-  end
-  local count = vim.api.nvim_buf_line_count(buf)
-  local step, found = 512, nil
-  for from = 0, count - 1, step do
-    local chunk = vim.api.nvim_buf_get_lines(buf, from, math.min(from + step, count), false)
-    for i, line in ipairs(chunk) do
-      local row = from + i - 1
-      if line == k.header and row + k.rows <= count then
-        found = row
+--- The rows (1-based) of `all` that start a message: a role line outside
+--- any code fence (a reply may quote "ASSISTANT: ..." inside one).
+local function message_starts(all)
+  local starts, fence = {}, nil
+  for i, line in ipairs(all) do
+    if fence then
+      if line:match("^" .. fence .. "`*%s*$") then
+        fence = nil
       end
+    elseif line:match("^```") then
+      fence = line:match("^(`+)")
+    elseif starts_message(line) then
+      table.insert(starts, i)
     end
   end
-  if not found then
+  return starts
+end
+
+--- Find reply `mark` again after a rewrite of every line (`:%!cat`, a
+--- formatter), which leaves its mark on the first row: the last message that
+--- starts with the line its region started with, whose rows, as many as the
+--- region had, hold no other message, becomes its region. Nothing else moves
+--- a region (an undo that took its rows away must not make an earlier message
+--- reading alike its place). False when it is not found.
+local function relocate(buf, mark)
+  local k = known[mark]
+  local first = M.rows(buf, mark)
+  if not k or first ~= 0 or not k.header:match("^ASSISTANT:") then
     return false
   end
-  place(buf, mark, found, found + k.rows - 1)
-  return true
+  local all = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+  if all[1] == k.header then
+    return false -- it starts where it should: what differs is the user's edit
+  end
+  local starts = message_starts(all)
+  for n = #starts, 1, -1 do
+    local row = starts[n]
+    if all[row] == k.header then
+      local after = starts[n + 1]
+      if row + k.rows - 1 <= #all and (after == nil or after > row + k.rows - 1) then
+        place(buf, mark, row - 1, row + k.rows - 2)
+        return true
+      end
+      return false
+    end
+  end
+  return false
 end
 
 function M.open(buf, mark, row)
@@ -217,21 +236,19 @@ end
 local function rewritten(buf, lines)
   local whole = words(table.concat(lines, "\n"))
   local all = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
-  local stop = #all -- 1-based: the last row of the message below the one looked at
-  for i = #all, 1, -1 do
-    if starts_message(all[i]) then
-      if all[i]:match("^ASSISTANT:") then
-        local last = stop
-        while last > i and all[last]:match("^%s*$") do
-          last = last - 1
-        end
-        local said = words(table.concat(all, "\n", i, last))
-        if vim.startswith(whole, said) then
-          return i - 1, last - 1
-        end
-        return nil
+  local starts = message_starts(all)
+  for n = #starts, 1, -1 do
+    local i = starts[n]
+    if all[i]:match("^ASSISTANT:") then
+      local last = (starts[n + 1] or (#all + 1)) - 1
+      while last > i and all[last]:match("^%s*$") do
+        last = last - 1
       end
-      stop = i - 1
+      local said = words(table.concat(all, "\n", i, last))
+      if vim.startswith(whole, said) then
+        return i - 1, last - 1
+      end
+      return nil
     end
   end
 end

@@ -651,29 +651,71 @@ def test_an_undo_or_reload_during_a_stream_leaves_a_well_formed_chat(editor, fak
     ]
 
 
+@pytest.mark.parametrize("earlier", ["Streaming", "Streaming slowly."])
 @pytest.mark.parametrize("how", ["undo", "edit!"])
-def test_an_undo_during_a_stream_never_takes_an_earlier_reply_for_it(editor, fake, kind, how):
-    """The reply's rows taken away, an earlier reply whose words begin it is
-    still not it: that message stays, and the reply goes at the end."""
+def test_an_undo_during_a_stream_never_takes_an_earlier_reply_for_it(
+    editor, fake, kind, how, earlier
+):
+    """The reply's rows taken away, an earlier reply whose words begin it, or
+    whose first line is its first line, is still not it: that message and the
+    ones after it stay, and the reply goes at the end."""
     words = " ".join(f"w{i}" for i in range(60))
-    fake.push(reply("Streaming slowly. " + words, chunk=4, tokens_per_second=60))
+    fake.push(reply("Streaming slowly.\n" + words, chunk=4, tokens_per_second=60))
     setup(editor, fake, kind)
-    editor.open_chat("USER: first\n\nASSISTANT: Streaming\n\nUSER: stream please\n")
+    before = [
+        "USER: first",
+        "",
+        f"ASSISTANT: {earlier}",
+        "",
+        "USER: stream please",
+        "and keep this",
+    ]
+    editor.open_chat("\n".join(before) + "\n")
     send(editor)
-    editor.wait_text("Streaming slowly.")
+    editor.wait_text("w2 ")
     editor.nvim.command(how)
     wait_replies(editor, 1)
     wait_for(lambda: editor.lines()[-1] == "USER: ")
     assert editor.lines() == [
-        "USER: first",
+        *before,
         "",
-        "ASSISTANT: Streaming",
-        "",
-        "USER: stream please",
-        "",
-        f"ASSISTANT: Streaming slowly. {words}",
+        "ASSISTANT: Streaming slowly.",
+        words,
         "",
         "USER: ",
+    ]
+
+
+def test_a_role_line_quoted_in_the_reply_is_not_taken_for_it(editor, fake, kind):
+    """A reply quoting its own first line inside a code block, and a rewrite of
+    every line while it streams and the user types the next message: the
+    reply is found at its own first line, never at the quote, and the user's
+    message after it is kept."""
+    words = "\n".join(" ".join(f"w{i}_{j}" for j in range(8)) for i in range(12))
+    text = "Here.\n```\nASSISTANT: Here.\n```\n" + words
+    fake.push(reply(text, chunk=4, tokens_per_second=60))
+    setup(editor, fake, kind)
+    editor.open_chat("USER: show me\n")
+    send(editor)
+    editor.wait_text("w1_0")
+    editor.lua(
+        "local n = vim.api.nvim_buf_line_count(0)"
+        " vim.api.nvim_buf_set_lines(0, n - 1, n, false, {'USER: my next question'})"
+    )
+    editor.nvim.command("%!cat")
+    wait_replies(editor, 1)
+    wait_for(lambda: "w11_7" in editor.text())
+    lines = editor.lines()
+    assert lines == [
+        "USER: show me",
+        "",
+        "ASSISTANT: Here.",
+        "```",
+        "ASSISTANT: Here.",
+        "```",
+        *words.split("\n"),
+        "",
+        "USER: my next question",
     ]
 
 
