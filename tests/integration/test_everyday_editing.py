@@ -327,3 +327,25 @@ def test_reloading_unsaved_keeps_a_hand_written_calls_id_and_result(editor, run_
     tasks = editor.lua("return require('sidekick_tools').list_tasks({ all = true })")
     assert [t["call_id"] for t in tasks] == [call_id]  # run once
     assert not [n for n in editor.notifications() if "not written" in n]
+
+
+def test_a_deleted_calls_result_never_goes_to_another_block_reading_the_same(editor):
+    """A hand-written call runs (it gets an id) and its block is deleted while
+    it runs; a later message has a block reading the same, never run. That one
+    is another call: it gets neither the id nor the result."""
+    editor.setup(tasks={"hybrid_threshold": 0.3})
+    marker = editor.workdir / "go"
+    params = json.dumps({"command": wait_cmd(marker, "echo first-run")})
+    block = f"```tool run_terminal_command\n{params}\n```\n"
+    editor.open_chat(HEAD + block + "\nUSER: more\n\nASSISTANT: later\n\n" + block)
+    editor.run_tool(5)
+    editor.wait_text("```result id=call_")
+    first = editor.lines()[4]
+    assert "id=call_" in first
+    end = next(i for i, line in enumerate(editor.lines()) if line.startswith("USER: more"))
+    editor.lua("vim.api.nvim_buf_set_lines(0, 4, ..., false, {})", end)  # the call and its block
+    marker.write_text("")
+    wait_for(lambda: [n for n in editor.notifications() if "not written" in n])
+    text = editor.text()
+    assert "id=call_" not in text and "first-run\n" not in text
+    assert text.count("```tool run_terminal_command\n") == 1

@@ -139,7 +139,8 @@ class CallMarks:
             return None
         rows = await self.ctx.port.mark_rows(tracked.buf, [tracked.mark])
         row = rows.get(tracked.mark, -1)
-        call = locate(mirror.chat(), tracked.call_id, row, tracked.tool, tracked.body)
+        body = tracked.body if tracked.reloaded else None  # else a twin is another call
+        call = locate(mirror.chat(), tracked.call_id, row, tracked.tool, body)
         if call is None:
             self.writer.lost(tracked, CALL_GONE)
             return None

@@ -27,6 +27,7 @@ class Tracked:
     chat: str
     body: str | None = None  # its block's text when it started: found by it if its id is lost
     row: int = -1  # its header's row when it was marked
+    reloaded: bool = False  # its chat was read anew (`:e!`): its block may have lost its id
     state: str = "pending"
     token: str | None = None
     background: bool = False  # its result block says running; the task ends later

@@ -61,6 +61,9 @@ class DiagnosticScan:
         rows = self._call_rows.get(buf)
         if rows and any(first <= r and (last < 0 or r < last) for r in rows):
             self._touched.add(buf)
+        if first == 0 and last < 0:  # the whole text came anew (`:e!`)
+            for tracked in self.registry.in_buffer(buf).values():
+                tracked.reloaded = True
         self.schedule(buf)
 
     def schedule(self, buf: int, delay: float = SCAN_DELAY) -> None:
@@ -93,8 +96,14 @@ class DiagnosticScan:
                 continue
             anchors.append([tracked.mark, call.start_row])
         if self.on_id_lost is not None:
+            # Only a reload takes an id away from a block that stays (the file
+            # as saved before the id was added); a block deleted by hand is gone,
+            # and a block elsewhere reading the same is another call.
             for tracked in list(followed.values()):
-                lost = not tracked.done and tracked.call_id not in blocks
+                if tracked.call_id in blocks:
+                    tracked.reloaded = False  # its block has its id: found by it
+                    continue
+                lost = tracked.reloaded and not tracked.done
                 if lost and locate(chat, tracked.call_id, -1, tracked.tool, tracked.body):
                     self.on_id_lost(tracked)
         known = self.unfollowed.get(buf) or {}

@@ -237,7 +237,8 @@ class ResultWriter:
                 plan.later.append(item)  # a second block for the same call: next batch
                 continue
             row = rows.get(tracked.mark, -1)
-            call = locate(chat, tracked.call_id, row, tracked.tool, tracked.body)
+            body = tracked.body if tracked.reloaded else None  # else a twin is another call
+            call = locate(chat, tracked.call_id, row, tracked.tool, body)
             if call is None:
                 plan.gone.append(item)
                 continue
