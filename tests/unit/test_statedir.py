@@ -45,3 +45,21 @@ async def test_a_fallback_the_user_was_told_of_is_not_said_again(tmp_path):
         if not state.told:
             shutil.rmtree(state.path)
     assert len(said) == 1 and "kept in memory" in said[0]  # only where none was named
+
+
+def test_a_fallback_not_ours_alone_gives_a_fresh_directory(tmp_path):
+    """The temporary directory setup() named may have been removed and made
+    again by someone else: one open to others, or a symlink, is not used."""
+    (tmp_path / "file").write_text("x")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    for fallback in (shared, link):
+        state = open_state_dir(str(tmp_path / "file" / "state"), str(fallback))
+        assert state.path not in (str(shared), str(link)) and state.told is False
+        assert os.stat(state.path).st_mode & 0o777 == 0o700
+        os.rmdir(state.path)

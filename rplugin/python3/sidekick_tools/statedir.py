@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 
@@ -50,13 +51,24 @@ def open_state_dir(path: str, fallback: str | None = None) -> StateDir:
         return StateDir(path)
     except OSError as exc:
         problem = f"{path} is unusable ({exc.strerror or exc})"
-    if fallback:
+    if fallback and _ours(fallback):
         try:
             _prove_writable(fallback)
             return StateDir(fallback, problem, told=True)
         except OSError:
             pass
     return StateDir(tempfile.mkdtemp(prefix="sidekick_tools-"), problem)
+
+
+def _ours(path: str) -> bool:
+    """A directory of ours alone: not a symlink, owned by this user, and open
+    to no one else (the temporary directory setup() made could have been
+    removed by a cleaner and made again by another user meanwhile)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
 def log_to_file(path: str) -> None:
