@@ -32,3 +32,16 @@ def wait_replies(editor: Any, count: int) -> None:
     ns = "vim.api.nvim_create_namespace('sidekick_tools_usage')"
     marks = f"return #vim.api.nvim_buf_get_extmarks(0, {ns}, 0, -1, {{}})"
     wait_for(lambda: editor.lua(marks) >= count)
+
+
+def mid_stream(editor: Any, lua: str, ended: int = 0) -> bool:
+    """Run the Lua code `lua` in Neovim while the reply streams, in one request:
+    only if no more than `ended` replies have ended (shown their token usage).
+    False when the reply had ended first (a machine too slow for the test: the
+    caller skips, it proves nothing then)."""
+    ns = "vim.api.nvim_create_namespace('sidekick_tools_usage')"
+    return editor.lua(
+        f"if #vim.api.nvim_buf_get_extmarks(0, {ns}, 0, -1, {{}}) > {int(ended)} then\n"
+        "  return false\n"
+        f"end\n{lua}\nreturn true"
+    )

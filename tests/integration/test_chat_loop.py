@@ -21,7 +21,7 @@ from tests.fake_provider import (
     thinking,
     tool_call,
 )
-from tests.integration.chat_helpers import send, use_fake, wait_replies
+from tests.integration.chat_helpers import mid_stream, send, use_fake, wait_replies
 
 pytestmark = pytest.mark.integration
 
@@ -523,8 +523,8 @@ def test_a_formatter_rewriting_the_chat_mid_stream_loses_nothing(editor, fake, k
     editor.open_chat("\n".join(before) + "\n")
     send(editor)
     editor.wait_text("w12 ")
-    editor.nvim.command(rewrite)
-    assert "w119" not in editor.text()  # the filter came mid-stream
+    if not mid_stream(editor, f"vim.cmd({rewrite!r})"):
+        pytest.skip("the reply ended before the edit: this machine was too slow to test it")
     wait_replies(editor, 1)
     lines = editor.lines()
     assert lines[: len(before)] == before
@@ -639,7 +639,8 @@ def test_an_undo_or_reload_during_a_stream_leaves_a_well_formed_chat(editor, fak
     editor.open_chat("USER: stream please\n")
     send(editor)
     editor.wait_text("Streaming slowly.")
-    editor.nvim.command(how)
+    if not mid_stream(editor, f"vim.cmd({how!r})"):
+        pytest.skip("the reply ended before the edit: this machine was too slow to test it")
     wait_replies(editor, 1)
     wait_for(lambda: editor.lines()[-1] == "USER: ")
     assert editor.lines() == [
@@ -673,7 +674,8 @@ def test_an_undo_during_a_stream_never_takes_an_earlier_reply_for_it(
     editor.open_chat("\n".join(before) + "\n")
     send(editor)
     editor.wait_text("w2 ")
-    editor.nvim.command(how)
+    if not mid_stream(editor, f"vim.cmd({how!r})"):
+        pytest.skip("the reply ended before the edit: this machine was too slow to test it")
     wait_replies(editor, 1)
     wait_for(lambda: editor.lines()[-1] == "USER: ")
     assert editor.lines() == [
@@ -698,11 +700,13 @@ def test_a_role_line_quoted_in_the_reply_is_not_taken_for_it(editor, fake, kind)
     editor.open_chat("USER: show me\n")
     send(editor)
     editor.wait_text("w1_0")
-    editor.lua(
+    typed_then_cat = (
         "local n = vim.api.nvim_buf_line_count(0)"
         " vim.api.nvim_buf_set_lines(0, n - 1, n, false, {'USER: my next question'})"
+        " vim.cmd('%!cat')"
     )
-    editor.nvim.command("%!cat")
+    if not mid_stream(editor, typed_then_cat):
+        pytest.skip("the reply ended before the edit: this machine was too slow to test it")
     wait_replies(editor, 1)
     wait_for(lambda: "w11_7" in editor.text())
     lines = editor.lines()
@@ -792,7 +796,8 @@ def test_an_undo_during_a_reply_to_results_leaves_a_well_formed_chat(editor, fak
     editor.open_chat("USER: look\n")
     send(editor)
     editor.wait_text("Streaming slowly.")
-    editor.nvim.command("undo")
+    if not mid_stream(editor, "vim.cmd('undo')", ended=1):
+        pytest.skip("the reply ended before the edit: this machine was too slow to test it")
     wait_replies(editor, 2)
     wait_for(lambda: editor.lines()[-1] == "USER: ")
     lines = editor.lines()
