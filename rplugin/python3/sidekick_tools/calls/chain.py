@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..chat import ToolCall
-from ..chat.edits import describe, locate
+from ..chat.edits import describe
 from ..tools.base import ToolResult
 from ..tools.policy import judge, judge_why, outside_note
 from .context import CallContext
@@ -293,7 +293,7 @@ class CallChain:
         mirror = await self.marks.mirror(previous.buf)
         chat = mirror.chat()
         rows = await self.ctx.port.mark_rows(previous.buf, [previous.mark])
-        prev = locate(chat, previous.call_id, rows.get(previous.mark, -1))  # this very block
+        prev = previous.block_in(chat, rows.get(previous.mark, -1))  # this very block
         if prev is None:
             return None, None
         message = chat.messages[prev.message_index]

@@ -11,7 +11,6 @@ import asyncio
 from typing import Any
 
 from ..chat import ToolCall
-from ..chat.edits import locate
 from ..chat.render import header_with_id, new_call_id
 from .context import CallContext
 from .registry import Tracked
@@ -122,7 +121,7 @@ class CallMarks:
         for _ in range(RETRIES):
             mirror = await self.mirror(tracked.buf)
             chat = mirror.chat()
-            call = locate(chat, tracked.call_id, -1, tracked.tool, tracked.body)
+            call = tracked.block_in(chat, -1)
             if call is None or call.call_id == tracked.call_id or tracked.done:
                 return
             row = call.start_row
@@ -138,9 +137,7 @@ class CallMarks:
             self.writer.lost(tracked, "its chat is no longer loaded")
             return None
         rows = await self.ctx.port.mark_rows(tracked.buf, [tracked.mark])
-        row = rows.get(tracked.mark, -1)
-        body = tracked.body if tracked.reloaded else None  # else a twin is another call
-        call = locate(mirror.chat(), tracked.call_id, row, tracked.tool, body)
+        call = tracked.block_in(mirror.chat(), rows.get(tracked.mark, -1))
         if call is None:
             self.writer.lost(tracked, CALL_GONE)
             return None

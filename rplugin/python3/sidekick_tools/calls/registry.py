@@ -13,6 +13,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from ..chat import ToolCall
+from ..chat.edits import locate
+from ..chat.parser import Chat
 from ..tasks.model import ACTIVE
 
 
@@ -37,6 +40,12 @@ class Tracked:
     # still run it at once or deny it (the batch then leaves it alone)
     waiting: bool = False
     done: bool = False
+
+    def block_in(self, chat: Chat, row: int) -> ToolCall | None:
+        """Its block in `chat` (`row`: its mark's, -1 when gone; see `locate`).
+        Only after a reload is a block without an id that reads as it taken for
+        it: else such a block is another call."""
+        return locate(chat, self.call_id, row, self.tool, self.body if self.reloaded else None)
 
     @property
     def busy(self) -> bool:

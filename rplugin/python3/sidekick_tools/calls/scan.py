@@ -18,7 +18,6 @@ from typing import Any
 
 from .. import tools
 from ..chat import ToolCall
-from ..chat.edits import locate
 from ..chat.states import names_task, scan_items, text_state
 from .registry import CallRegistry, Tracked
 
@@ -104,7 +103,7 @@ class DiagnosticScan:
                     tracked.reloaded = False  # its block has its id: found by it
                     continue
                 lost = tracked.reloaded and not tracked.done
-                if lost and locate(chat, tracked.call_id, -1, tracked.tool, tracked.body):
+                if lost and tracked.block_in(chat, -1):
                     self.on_id_lost(tracked)
         known = self.unfollowed.get(buf) or {}
         if self.on_running_block is not None and any(
@@ -130,6 +129,5 @@ def _unfinished_dropped(chat: Any, items: list[dict[str, Any]]) -> list[dict[str
     """While a reply streams, the calls of its message (the last assistant one)
     are not called broken: a call whose JSON is half in reads as malformed until
     its input is complete. They are scanned again when the reply ends."""
-    last = chat.last_assistant()
-    rows = {c.start_row for c in (last.calls if last else []) if c.result is None}
+    rows = {c.start_row for c in chat.unanswered()}
     return [i for i in items if not (i["row"] in rows and i["state"] == "failed")]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..chat import ToolCall
-from ..chat.edits import locate, notice_edit, result_span, user_line_edit
+from ..chat.edits import notice_edit, result_span, user_line_edit
 from ..chat.render import (
     clean_output,
     header_with_id,
@@ -237,8 +237,7 @@ class ResultWriter:
                 plan.later.append(item)  # a second block for the same call: next batch
                 continue
             row = rows.get(tracked.mark, -1)
-            body = tracked.body if tracked.reloaded else None  # else a twin is another call
-            call = locate(chat, tracked.call_id, row, tracked.tool, body)
+            call = tracked.block_in(chat, row)
             if call is None:
                 plan.gone.append(item)
                 continue
