@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 
 import pytest
@@ -227,7 +228,14 @@ def test_f6_a_deeply_nested_tool_input_leaves_the_chat_stuck_streaming(editor):
 
         wait_for(sent)
         editor.wait_text("second answer")  # the chat went on; the deep call never ran
-        assert "```result id=toolu_deep status=denied" in editor.text()
+        # Either the loop answered the broken call when the reply ended (failed,
+        # saying why), or the user's send came first and denied it: both are
+        # right, and which comes first is the machine's timing.
+        text = editor.text()
+        answer = re.findall(r"```result id=toolu_deep status=(\w+)", text)
+        assert answer in (["denied"], ["failed"]), text[-2000:]
+        if answer == ["failed"]:
+            assert "levels of arrays and objects, the limit is 64" in text
 
 
 # --------------------------------------------------------------------------- finding 7

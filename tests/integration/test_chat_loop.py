@@ -804,3 +804,48 @@ def test_an_undo_during_a_reply_to_results_leaves_a_well_formed_chat(editor, fak
     result = next(i for i, line in enumerate(lines) if line.startswith("```result id=c_ls"))
     fence = lines.index("```", result)
     assert lines[fence:] == ["```", "", f"ASSISTANT: Streaming slowly. {words}", "", "USER: "]
+
+
+def test_a_send_while_a_call_runs_goes_once_it_has_its_result(editor, fake, kind):
+    """:SidekickSend while the reply's auto-run call still runs: the call is not
+    denied (it runs); the user is told, and the chat, with the call's result
+    and the user's message, goes once the result is in: one request."""
+    (editor.workdir / "wait.sh").write_text("while [ ! -e go ]; do sleep 0.05; done\necho opened\n")
+    fake.push(
+        reply("Waiting.", tool_call("run_terminal_command", {"command": "sh wait.sh"}, id="c_w")),
+        reply("Got it."),
+    )
+    url = fake.anthropic_url if kind == "anthropic" else fake.openai_url
+    editor.lua("vim.env.FAKE_KEY = ...", KEY)
+    provider = {"kind": kind, "base_url": url, "api_key": "env:FAKE_KEY"}
+    opts = {
+        "python": sys.executable,
+        "state_dir": str(editor.state_dir),
+        "chat": {"model": "fake/test-model", "providers": {"fake": provider}},
+        "auto_accept": {},
+    }
+    editor.lua(  # as use_fake's setup, with a policy that approves the script
+        "local opts = ...\n"
+        "opts.auto_accept.policy = function(_, params)\n"
+        "  if params.command == 'sh wait.sh' then return 'approve' end\n"
+        "end\n"
+        "require('sidekick_tools').setup(opts)",
+        opts,
+    )
+    editor.open_chat("USER: wait for it\n")
+    send(editor)
+    text_ = editor.wait_text("```tool run_terminal_command id=c_w")
+    editor.wait_diag(text_.split("\n").index("```tool run_terminal_command id=c_w"), "⟳")
+    wait_replies(editor, 1)
+    editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: and then?'})")
+    send(editor)
+    wait_for(lambda: any("c_w still running" in n for n in editor.notifications()))
+    assert len(fake.requests) == 1 and "status=denied" not in editor.text()
+    (editor.workdir / "go").write_text("")
+    editor.wait_text("Got it.")
+    wait_replies(editor, 2)
+    assert len(fake.requests) == 2
+    text_ = editor.text()
+    assert "```result id=c_w status=completed" in text_ and "status=denied" not in text_
+    sent = json.dumps(fake.requests[1].json)
+    assert "opened" in sent and "and then?" in sent

@@ -15,6 +15,7 @@ from sidekick_tools.buffers import BufferMirror
 from sidekick_tools.calls import CallRunner, Tracked
 from sidekick_tools.calls import execute as execute_mod
 from sidekick_tools.calls import writer as writer_mod
+from sidekick_tools.calls.marking import UserError
 from sidekick_tools.chat import parse
 from sidekick_tools.config import Config
 from sidekick_tools.tools.base import ToolResult
@@ -133,3 +134,37 @@ async def test_a_gated_call_shows_running_and_starts_when_the_gate_opens(monkeyp
     result = await run
     assert started == [{"command": "true"}]
     assert result.body == "done"
+
+
+async def test_two_answers_for_one_call_in_one_batch_leave_one_result_block():
+    """Two followers of one call (one replaced the other) each send an answer
+    in the same turn: the second replaces the first, never a second block."""
+    port = Port(chat_lines(1))
+    runner = CallRunner(port, Tasks(), Config.from_dict({}))
+    old = Tracked(BUF, 0, "c0", "run_terminal_command", "chat.sidekick.md")
+    new = Tracked(BUF, 0, "c0", "run_terminal_command", "chat.sidekick.md")
+    writes = [
+        runner.writer.write(old, ToolResult(status="failed", body="first", fields={})),
+        runner.writer.write(new, ToolResult(status="denied", body="second", fields={})),
+    ]
+    assert await asyncio.gather(*writes) == [True, True]
+    text = "\n".join(port.mirrors[BUF].lines)
+    assert text.count("```result id=c0") == 1
+    (call,) = parse(port.mirrors[BUF].lines).calls
+    assert (call.result.status, call.result.body) == ("denied", "second")
+
+
+async def test_a_call_the_chain_takes_while_the_user_starts_it_is_said_to_run():
+    """:SidekickRunTool on a call the chain is starting at that very moment (a
+    safe call after the one that just ended): it runs once, and the user is
+    told it runs, not that it changed."""
+    port = Port(chat_lines(1))
+    runner = CallRunner(port, Tasks(), Config.from_dict({}))
+    call = port.mirrors[BUF].chat().calls[0]
+    took, user = await asyncio.gather(
+        runner.chain.marks.prepare(BUF, call),  # the chain, a moment earlier
+        runner.chain.run_tool(BUF, call.start_row, "/"),
+        return_exceptions=True,
+    )
+    assert isinstance(took, Tracked) and took.claimed
+    assert isinstance(user, UserError) and "c0 is already running" in str(user)

@@ -4,6 +4,7 @@ block, or a later block repeating its id, take its place."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from sidekick_tools.buffers import BufferMirror
@@ -161,3 +162,57 @@ def test_the_scan_never_moves_a_calls_mark_onto_a_block_repeating_its_id():
     # block it was given), never put on the later block with the same id
     assert sent["anchors"] == [[2, 12]]
     assert registry.get(BUF, "m7") is first
+
+
+class SlowPort(Port):
+    """Neovim's round trip: other coroutines run while an edit is on its way."""
+
+    async def apply(self, buf: int, tick: int, edits: list, anchors: list) -> bool:
+        await asyncio.sleep(0)
+        if tick != self.mirrors[buf].tick:
+            return False  # the text changed since the look the edit was made from
+        return await super().apply(buf, tick, edits, anchors)
+
+
+async def test_two_takers_of_one_call_at_once_get_it_once():
+    """The loop answering a broken call as the reply ends and the user's
+    :SidekickSend denying it both looked while neither had prepared it: only
+    one may take it, else the call gets two result blocks."""
+    lines = ["USER: go", "", "ASSISTANT: ok", ""]
+    lines += block("read_files", '{"paths": 7}', "c1")
+    port = SlowPort(lines)
+    marks, registry = marks_for(port)
+    call = port.mirrors[BUF].chat().call_by_id("c1")
+    assert marks.busy(BUF, call) is None  # both look: free
+    first, second = await asyncio.gather(marks.prepare(BUF, call), marks.prepare(BUF, call))
+    taken = [t for t in (first, second) if t is not None]
+    assert len(taken) == 1 and registry.get(BUF, "c1") is taken[0]
+    # taken, though it neither runs nor has an answer on its way yet
+    assert taken[0].state == "pending" and marks.busy(BUF, call) is taken[0]
+    assert await marks.prepare(BUF, call) is None
+
+
+async def test_a_call_without_an_id_taken_twice_at_once_gets_one_id():
+    lines = ["USER: go", "", "ASSISTANT: ok", ""]
+    lines += block("run_terminal_command", '{"command": "make"}')
+    port = SlowPort(lines)
+    marks, _ = marks_for(port)
+    call = port.mirrors[BUF].chat().calls[0]
+    results = await asyncio.gather(marks.prepare(BUF, call), marks.prepare(BUF, call))
+    assert len([t for t in results if t is not None]) == 1
+    (now,) = port.mirrors[BUF].chat().calls
+    assert now.call_id and now.call_id == next(t for t in results if t).call_id
+
+
+def test_a_prepared_call_queued_in_a_batch_may_still_be_run_or_denied():
+    registry = CallRegistry(Port([]))
+    tracked = registry.follow(BUF, "c1", "read_files", "chat.sidekick.md", 1)
+    assert not tracked.busy
+    tracked.claimed = True
+    assert tracked.busy
+    tracked.waiting = True
+    assert not tracked.busy
+    tracked.answering = True  # the user denied it: its answer is on its way
+    assert tracked.busy
+    tracked.done = True
+    assert not tracked.busy

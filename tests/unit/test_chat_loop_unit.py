@@ -66,3 +66,46 @@ async def test_setup_again_with_other_timeouts_gives_sends_a_client_with_them():
     assert (second.timeouts.read, second.max_attempts) == (7, 2)
     await asyncio.gather(*loop._bg)
     assert closed == [True]
+
+
+class MirrorPort(Port):
+    """A chat whose calls all have results and whose last USER: message has
+    the user's text: the loop would wait for the user, were it not asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from sidekick_tools.buffers import BufferMirror
+
+        lines = ["USER: go", "", "ASSISTANT: ok", "", "USER: and then?"]
+        self.m = BufferMirror(1, "chat.sidekick.md", lines, 1)
+
+    async def mirror(self, _buf: int) -> Any:
+        return self.m
+
+
+def queued_loop() -> tuple[ChatLoop, Session, list[Session]]:
+    loop = ChatLoop(CallContext(MirrorPort(), None, None, Config.from_dict({})), None, None)
+    session = loop.sessions.setdefault(1, Session(buf=1, cwd="/", send_queued=True))
+    sent: list[Session] = []
+
+    async def send(s: Session) -> None:
+        sent.append(s)
+
+    loop._send = send  # type: ignore[method-assign]
+    return loop, session, sent
+
+
+async def test_a_send_waiting_for_running_calls_goes_even_though_the_user_typed():
+    loop, session, sent = queued_loop()
+    await loop._continue(session)
+    assert sent == [session] and not session.send_queued
+    await loop._continue(session)  # a later result: the send went already
+    assert sent == [session]
+
+
+async def test_stop_cancels_a_send_waiting_for_running_calls():
+    loop, session, sent = queued_loop()
+    loop.stop(1)
+    assert not session.send_queued
+    await loop._continue(session)
+    assert sent == []

@@ -55,6 +55,7 @@ class CallChain:
         self.marks.refuse_busy(buf, call)
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
+            self.marks.refuse_busy(buf, call)  # the chain or the loop took it meanwhile
             raise UserError("sidekick_tools: the tool call changed while starting; try again")
         # The mirror has seen prepare's edit (Neovim sends a buffer's line events
         # before the reply to the request that made them): the call as the user
@@ -145,6 +146,7 @@ class CallChain:
         self.marks.refuse_busy(buf, call)
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
+            self.marks.refuse_busy(buf, call)  # the chain or the loop took it meanwhile
             raise UserError("sidekick_tools: the tool call changed while starting; try again")
         self.spawn(self.chain(tracked, cwd, follow_on=False))
         return {"id": tracked.call_id, "tool": tracked.tool, "row": call.start_row}
@@ -195,6 +197,7 @@ class CallChain:
         self.marks.refuse_busy(buf, call)
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
+            self.marks.refuse_busy(buf, call)  # the chain or the loop took it meanwhile
             raise UserError("sidekick_tools: the tool call changed while denying; try again")
         text = " ".join(reason.split()) or "The user denied this call."
         self.spawn(self.answer(tracked, denied(text, by="user")))

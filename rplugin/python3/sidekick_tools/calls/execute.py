@@ -47,7 +47,25 @@ class CallExecutor:
         user does, but it runs as it would unasked where the policy approves it
         (None: checked again, hardened, under the auto-run time limit).
         `found`: the call as already read, else it is looked up again.
-        `gate`: the call starts working once it is done (see Host._run_request)."""
+        `gate`: the call starts working once it is done (see Host._run_request).
+        Nothing to write leaves the call free to be run again."""
+        try:
+            result = await self._run(tracked, cwd, explicit, found, gate)
+        except BaseException:
+            tracked.claimed = False
+            raise
+        if result is None:
+            tracked.claimed = False
+        return result
+
+    async def _run(
+        self,
+        tracked: Tracked,
+        cwd: str,
+        explicit: bool | None,
+        found: Found | None,
+        gate: asyncio.Future[None] | None,
+    ) -> ToolResult | None:
         found = found or await self.marks.find(tracked)
         if found is None:
             return None

@@ -49,6 +49,9 @@ class Session:
     # :SidekickStop was the user's last word: nothing goes to the model by
     # itself (not even a notice) until they send again
     halted: bool = False
+    # :SidekickSend came while calls of the last reply were running: the
+    # user's message goes once each has its result
+    send_queued: bool = False
 
     @property
     def busy(self) -> bool:
@@ -90,13 +93,37 @@ class ChatLoop:
             session.turns = 0
             session.armed = True
             session.halted = False
+            session.send_queued = False
             await self._deny_pending(buf)
+            running = await self._running_calls(buf)
         except BaseException:
             session.sending = False
             raise
+        if running:
+            # Not denied: they run. Their results come by themselves, and the
+            # first `result_written` after the last of them sends.
+            session.sending = False
+            session.send_queued = True
+            names = ", ".join(running[:3]) + (" …" if len(running) > 3 else "")
+            self.ctx.port.notify_user(
+                f"sidekick_tools: {names} still running; the chat is sent once "
+                f"{'they have' if len(running) > 1 else 'it has'} a result",
+                "info",
+            )
+            return answer
         # The editor waits for this answer: the request is built and sent after it
         self._spawn(self._send_or_say(session))
         return answer
+
+    async def _running_calls(self, buf: int) -> list[str]:
+        """The ids of the last reply's calls that have no result yet because they
+        run (or their answer is on its way), when every call without a result
+        is such a one; else none (sending then says what is missing)."""
+        mirror = await self.chain.marks.mirror(buf)
+        calls = mirror.chat().unanswered()
+        if calls and all(self.chain.marks.busy(buf, c) for c in calls):
+            return [c.call_id or "" for c in calls]
+        return []
 
     async def _send_or_say(self, session: Session) -> None:
         """A send the user asked for, after its answer: a problem is said."""
@@ -121,6 +148,7 @@ class ChatLoop:
             return {"stopped": False, "message": "sidekick_tools: nothing to stop in this chat"}
         session.armed = False
         session.halted = True
+        session.send_queued = False
         streaming = session.streaming is not None
         if session.streaming is not None:
             session.stopping = True
@@ -177,6 +205,11 @@ class ChatLoop:
         if mirror is None or session.busy or mirror.chat().unanswered():
             return
         noticed = await self._flush_notices(session)
+        if session.send_queued:  # the user's own :SidekickSend, waiting for these results
+            session.send_queued = False
+            if not session.busy:
+                await self._send_or_say(session)
+            return
         chat_cfg = self._chat_cfg()
         want = (session.armed and chat_cfg["auto_send"]) or (
             noticed and chat_cfg["send_on_notice"] and not session.halted

@@ -86,10 +86,14 @@ class CallMarks:
                 edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
             mark = self.ctx.registry.mark_for(buf, call_id)
             if await self.ctx.port.apply(buf, mirror.tick, edits, [(mark, row)]):
+                taken = self.ctx.registry.get(buf, call_id)
+                if taken is not None and taken.busy:
+                    return None  # another command, the chain or the loop took it meanwhile
                 tracked = self.ctx.registry.follow(
                     buf, call_id, current.tool, mirror.name, mark, current.body
                 )
                 tracked.row = row
+                tracked.claimed = True  # before anything else can look: no await since
                 return tracked
             await asyncio.sleep(0.005)
         return None

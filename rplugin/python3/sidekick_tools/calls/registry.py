@@ -39,6 +39,9 @@ class Tracked:
     # queued behind the calls above it in one :SidekickRunTools: the user may
     # still run it at once or deny it (the batch then leaves it alone)
     waiting: bool = False
+    # prepared to run or to be answered: from `prepare` on, no other command,
+    # chain or loop takes the call, though its state is not running yet
+    claimed: bool = False
     done: bool = False
 
     def block_in(self, chat: Chat, row: int) -> ToolCall | None:
@@ -49,8 +52,11 @@ class Tracked:
 
     @property
     def busy(self) -> bool:
-        """Running, or answered and not yet written: not to be started or denied again."""
-        return (self.state in ACTIVE and not self.waiting or self.answering) and not self.done
+        """Prepared, running, or answered and not yet written: not to be started
+        or denied again (a call queued in a batch may still be)."""
+        if self.done:
+            return False
+        return self.answering or not self.waiting and (self.claimed or self.state in ACTIVE)
 
 
 class CallRegistry:

@@ -233,7 +233,7 @@ class ResultWriter:
         for item in results:
             tracked = item.tracked
             assert tracked is not None
-            if any(w.tracked is tracked for w in plan.written):
+            if any(w.tracked.mark == tracked.mark for w in plan.written):  # type: ignore[union-attr]
                 plan.later.append(item)  # a second block for the same call: next batch
                 continue
             row = rows.get(tracked.mark, -1)
