@@ -96,6 +96,8 @@ def test_halt_from_the_tasks_window_keeps_partial_output(editor):
     editor.setup(tasks={"halt_grace": 1})
     marker = editor.workdir / "never"
     token = start_background(editor, gated(marker, before="echo partial-line"))
+    log = Path(editor.lua("return require('sidekick_tools.client').task(...).log_path", token))
+    wait_for(lambda: log.exists() and log.read_text() == "partial-line\n")  # printed: halt now
     chat_buf = current_buf(editor)
     buf = open_tasks(editor)
     lines = wait_lines(editor, buf, lambda ls: any(ln.startswith("⟳ " + token) for ln in ls))
@@ -106,7 +108,7 @@ def test_halt_from_the_tasks_window_keeps_partial_output(editor):
     # the call's diagnostic turns ⊘ and its partial output is in the result block
     editor.wait_diag(HEADER_ROW, "⊘ run_terminal_command", buf=chat_buf)
     text = editor.wait_text("status=cancelled", buf=chat_buf)
-    assert "partial-line" in text
+    assert "partial-line" in text.split("```result id=call_01", 1)[1]  # the output, not the call
     # and in the output view
     editor.nvim.command(f"call cursor({row_of(lines, token) + 1}, 1)")
     editor.nvim.input("o")
