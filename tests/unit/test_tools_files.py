@@ -243,6 +243,37 @@ async def test_read_files_notes_a_file_over_the_cap_and_pastes_none_of_it(root, 
     assert "é" not in content and "\n" not in content
 
 
+async def test_read_files_reads_only_the_head_of_a_file_it_will_not_paste(root, ctx, monkeypatch):
+    (root / "huge.bin").write_bytes(b"")
+    os.truncate(root / "huge.bin", 3 * 1024**3)  # sparse: 3 GiB of zeros
+    (root / "huge.txt").write_bytes(b"text\n" * 100_000)
+    asked: list[int] = []
+    real_fdopen = os.fdopen
+
+    class Counted:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def fileno(self):
+            return self.f.fileno()
+
+        def read(self, n):
+            asked.append(n)
+            return self.f.read(n)
+
+    monkeypatch.setattr(_fs.os, "fdopen", lambda fd, mode: Counted(real_fdopen(fd, mode)))
+    res = await READ.run({"paths": ["huge.bin", "huge.txt"]}, ctx)
+    assert "[binary file: 3221225472 bytes]" in res.body
+    assert "[not pasted: 500000 bytes" in res.body
+    assert asked and max(asked) <= 8192
+
+
 async def test_read_files_cuts_at_the_calls_budget_without_halving_a_character(root, ctx):
     part = ("é" * 100 + "\n") * 1200  # 241,200 bytes each: under the cap, 9 over the budget
     for i in range(9):

@@ -19,10 +19,12 @@ class NotRegularFile(OSError):
         super().__init__("not a regular file")
 
 
-def read_regular(path: str, limit: int) -> tuple[bytes, int]:
-    """At most ``limit`` bytes of a regular file, and its size. Opened without
-    blocking, so that a FIFO cannot hold the call: IsADirectoryError for a
-    directory, NotRegularFile for anything else that is no regular file."""
+def read_regular(path: str, limit: int, large: tuple[int, int] | None = None) -> tuple[bytes, int]:
+    """At most ``limit`` bytes of a regular file, and its size; with
+    ``large=(size, head)``, a file over that size gives only its first ``head``
+    bytes. Opened without blocking, so that a FIFO cannot hold the call:
+    IsADirectoryError for a directory, NotRegularFile for anything else that
+    is no regular file."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
@@ -30,6 +32,8 @@ def read_regular(path: str, limit: int) -> tuple[bytes, int]:
             raise IsADirectoryError(path)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile()
+        if large is not None and st.st_size > large[0]:
+            limit = min(limit, large[1])
         return f.read(limit), st.st_size
 
 

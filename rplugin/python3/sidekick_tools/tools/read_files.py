@@ -73,7 +73,8 @@ def _read_one(shown: str, cwd: str, limit: int = MAX_FILE_BYTES) -> tuple[bool, 
     """(ok, text) for one path, at most `limit` bytes of it; text is the content
     or a bracketed error."""
     try:
-        data, size = _fs.read_regular(_fs.resolve(shown, cwd), limit)
+        # a file too large to paste: only what tells text from binary is read
+        data, size = _fs.read_regular(_fs.resolve(shown, cwd), limit, (MAX_FILE_BYTES, _SNIFF))
     except _fs.PathError as e:
         return False, f"[error: {e}]"
     except IsADirectoryError:
