@@ -114,7 +114,8 @@ class ResultWriter:
         else:
             out, err, note = (_shown_text(part) for part in (parts.out, parts.err, parts.note))
             if truncate:
-                text = truncate_streams(out, err, note, keep, log_path, err_path)
+                cuts = (parts.out_cut, parts.err_cut)
+                text = truncate_streams(out, err, note, keep, log_path, err_path, *cuts)
             else:
                 text = join_streams(out, err, note)
         return text.rstrip("\n")

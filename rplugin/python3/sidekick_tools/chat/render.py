@@ -97,12 +97,15 @@ _SKIPPED = re.compile(
 )
 
 
-def truncate_tail(text: str, max_lines: int, log_path: str | None) -> str:
+def truncate_tail(text: str, max_lines: int, log_path: str | None, noted: bool = False) -> str:
     """Keep the last ``max_lines`` lines of ``text``; say how many were cut and where all is.
 
     A trailing newline does not count as an extra line and is preserved. When lines
     are cut, the result starts with one line such as
     ``[... 1234 earlier lines truncated; full output: /path/to/log]``.
+    ``noted``: the first line is the tail read's own note of what it left out
+    (`Streams.out_cut`), whose count the new note adds up; otherwise the
+    command wrote every line, and none is taken for such a note.
     """
     max_lines = max(0, max_lines)
     trailing = text.endswith("\n")
@@ -110,7 +113,7 @@ def truncate_tail(text: str, max_lines: int, log_path: str | None) -> str:
     if not text or len(lines) <= max_lines:
         return text
     cut = len(lines) - max_lines
-    skipped = _SKIPPED.fullmatch(lines[0])  # the tail read said what it left out
+    skipped = _SKIPPED.fullmatch(lines[0]) if noted else None  # what the tail read left out
     shown_cut = cut - 1 if skipped else cut
     if skipped and skipped["lines"] is not None:
         shown_cut += int(skipped["lines"])  # every line before the ones kept
@@ -148,25 +151,30 @@ def truncate_streams(
     max_lines: int,
     log_path: str | None,
     err_path: str | None = None,
+    out_cut: bool = False,
+    err_cut: bool = False,
 ) -> str:
     """`join_streams`, cut to ``max_lines`` like `truncate_tail`: when lines
     must go and there is stderr, each stream keeps its share of ``max_lines``,
     the marker included, so a long stderr never hides stdout and its own marker.
     The streams come apart by these parameters, never by looking for the marker
     in the text, which the command wrote (a stdout line `[stderr]` is stdout).
-    ``log_path`` and ``err_path`` name the two logs in the notes of what was cut."""
+    ``log_path`` and ``err_path`` name the two logs in the notes of what was cut;
+    ``out_cut``, ``err_cut``: the stream begins with the tail read's note (see
+    `truncate_tail`)."""
     text = join_streams(out, err, note)
     lines = text.count("\n") + (0 if text.endswith("\n") else 1)
     room = max(0, max_lines) - 1  # the marker's line
     if not err or lines <= max_lines or room < 2:
-        return truncate_tail(text, max_lines, log_path)
+        return truncate_tail(text, max_lines, log_path, noted=out_cut if out else False)
     rest = f"{err}\n{note}" if note else err  # what follows the marker
     trailing = rest.endswith("\n")
     out_lines = out.split("\n") if out else []
     err_lines = (rest[:-1] if trailing else rest).split("\n")
     keep_out = min(len(out_lines), max(room // 2, room - len(err_lines)))
-    parts = [truncate_tail(out, keep_out, log_path)] if out else []
-    parts += [STDERR_MARK, truncate_tail("\n".join(err_lines), room - keep_out, err_path)]
+    parts = [truncate_tail(out, keep_out, log_path, noted=out_cut)] if out else []
+    err_text = "\n".join(err_lines)
+    parts += [STDERR_MARK, truncate_tail(err_text, room - keep_out, err_path, noted=err_cut)]
     return "\n".join(parts) + ("\n" if trailing else "")
 
 

@@ -91,7 +91,7 @@ def from_task_call(
         text = truncate_tail(_cleaned(result.body), max_lines, logs[0])
     else:
         out, err, note = (_cleaned(part) for part in (parts.out, parts.err, parts.note))
-        text = truncate_streams(out, err, note, max_lines, *logs)
+        text = truncate_streams(out, err, note, max_lines, *logs, parts.out_cut, parts.err_cut)
     return payload(head, text.rstrip("\n"))
 
 

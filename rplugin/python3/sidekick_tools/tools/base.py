@@ -72,6 +72,10 @@ class Streams:
     out: str = ""
     err: str = ""
     note: str = ""
+    # the stream's first line is the tail read's note of what it left out
+    # (not a line the command wrote, which may look the same)
+    out_cut: bool = False
+    err_cut: bool = False
 
 
 @dataclass

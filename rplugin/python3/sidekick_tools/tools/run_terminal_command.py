@@ -184,8 +184,8 @@ def result_from_task(task: Any, tail_bytes: int = TAIL_BYTES) -> ToolResult:
     status, reason, fields = final_status(task)
 
     log_dir = task.log_dir
-    out = _tail(log_dir, "stdout", tail_bytes)
-    err = _tail(log_dir, "stderr", tail_bytes)
+    out, out_cut = _tail(log_dir, "stdout", tail_bytes)
+    err, err_cut = _tail(log_dir, "stderr", tail_bytes)
     note = ""
     if status != "completed" and reason in _REASONS:
         note = f"[{_REASONS[reason]}]"
@@ -193,7 +193,7 @@ def result_from_task(task: Any, tail_bytes: int = TAIL_BYTES) -> ToolResult:
         note = f"[{reason}]"
     if not (out or err or note):
         return ToolResult(status, "(no output)", fields)
-    streams = Streams(out, err, note)
+    streams = Streams(out, err, note, out_cut, err_cut)
     return ToolResult(status, join_streams(out, err, note), fields, streams=streams)
 
 
@@ -226,9 +226,11 @@ def final_status(task: Any) -> tuple[str, str, dict[str, Any]]:
     return status, reason, fields
 
 
-def _tail(log_dir: Any, name: str, limit: int) -> str:
+def _tail(log_dir: Any, name: str, limit: int) -> tuple[str, bool]:
+    """The end of log `name`, and whether its first line is a note of what was
+    left out before it."""
     if not log_dir:
-        return ""
+        return "", False
     path = os.path.join(str(log_dir), name)
     try:
         with open(path, "rb") as f:
@@ -237,7 +239,7 @@ def _tail(log_dir: Any, name: str, limit: int) -> str:
             f.seek(start)
             data = f.read(limit)
     except OSError:
-        return ""
+        return "", False
     note = ""
     if start:
         # Drop the partial first line (or at least a cut UTF-8 sequence).
@@ -254,11 +256,11 @@ def _tail(log_dir: Any, name: str, limit: int) -> str:
         else:
             note = f"[... {lines} earlier lines ({skipped} bytes) not shown; full log: {path}]\n"
     if is_binary(data):  # named by the log's own size, before any decoding
-        return f"[binary output: {size} bytes not shown; full log: {path}]"
+        return f"[binary output: {size} bytes not shown; full log: {path}]", False
     text = data.decode("utf-8", errors="replace")
     if text.endswith("\n"):
         text = text[:-1]
-    return note + text if text or note else ""
+    return note + text, bool(note)
 
 
 def _count_lines(path: str, end: int) -> int | None:
