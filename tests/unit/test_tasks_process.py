@@ -109,6 +109,9 @@ def test_spawn_errors(tmp_path) -> None:
         spawn.spawn("true", log_dir, cwd=str(tmp_path / "file"))
     with pytest.raises(spawn.SpawnError, match="environment variable"):
         spawn.spawn("true", log_dir, cwd=str(tmp_path), env={"A=B": "x"})
+    # under the schema's 64 Ki characters, over Linux's 128 KiB for one argument
+    with pytest.raises(spawn.SpawnError, match=r"the command is 140005 bytes; one argument"):
+        spawn.spawn("echo " + "é" * 70_000, log_dir)
 
 
 # --------------------------------------------------------------------------- processes

@@ -17,6 +17,8 @@ from .wrapper import SUPERVISOR_NAME, WRAPPER
 
 log = logging.getLogger(__name__)
 
+ARG_MAX_BYTES = 128 * 1024 - 1  # Linux's MAX_ARG_STRLEN, its final NUL byte aside
+
 
 class SpawnError(Exception):
     """The task could not be started; the message says why, for the user."""
@@ -77,6 +79,12 @@ def spawn(
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         if isinstance(exc, OSError) and exc.errno in (errno.ENOENT, errno.ENOTDIR) and cwd:
             reason = f"{reason} (working directory {cwd})"
+        if isinstance(exc, OSError) and exc.errno == errno.E2BIG:
+            # Linux takes at most 128 KiB in one argument, counted in bytes
+            size = len(command.encode("utf-8", "surrogateescape"))
+            reason = (
+                f"{reason} (the command is {size} bytes; one argument may hold {ARG_MAX_BYTES})"
+            )
         raise SpawnError(f"cannot start the task: {reason}") from exc
     if nice > 0:
         set_group_nice(popen.pid, nice)
