@@ -27,6 +27,7 @@ from ..chat.parser import Chat
 from ..tools.base import ToolResult
 from .chain import CallChain, UserError
 from .context import CallContext
+from .execute import STRUCTURAL
 from .writer import ResultWriter, log_failure
 
 # outbound, reply_stream and llm (and the chat's block model under them) are
@@ -118,10 +119,15 @@ class ChatLoop:
     async def _running_calls(self, buf: int) -> list[str]:
         """The ids of the last reply's calls that have no result yet because they
         run (or their answer is on its way), when every call without a result
-        is such a one; else none (sending then says what is missing)."""
+        is such a one; else none (sending then says what is missing). A block
+        that repeats the id of a call that runs (an earlier turn's background
+        task) is not that call: it never runs, and nothing would send."""
         mirror = await self.chain.marks.mirror(buf)
         calls = mirror.chat().unanswered()
-        if calls and all(self.chain.marks.busy(buf, c) for c in calls):
+        if calls and all(
+            self.chain.marks.busy(buf, c) and not (c.error or "").startswith(STRUCTURAL)
+            for c in calls
+        ):
             return [c.call_id or "" for c in calls]
         return []
 

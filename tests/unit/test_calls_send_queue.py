@@ -1,0 +1,132 @@
+""":SidekickSend while calls of the last reply run (DESIGN §10): the send waits
+for their results; what else is pending is denied; :SidekickStop cancels it.
+
+The port stands in for Neovim: a BufferMirror it edits itself, extmarks that
+move with its edits, and the notifications said. The request itself is not
+built: `_send` is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sidekick_tools.buffers import BufferMirror
+from sidekick_tools.calls import CallRunner
+from sidekick_tools.calls.loop import Session
+from sidekick_tools.config import Config
+
+BUF = 1
+
+
+class Port:
+    def __init__(self, lines: list[str]) -> None:
+        self.mirrors = {BUF: BufferMirror(BUF, "chat.sidekick.md", lines, 1)}
+        self.marks: dict[int, int] = {}
+        self.events: list[dict[str, Any]] = []
+        self.told: list[tuple[str, str]] = []
+        self.on_buffer_change = None
+
+    async def mirror(self, buf: int) -> BufferMirror | None:
+        return self.mirrors.get(buf)
+
+    async def mark_rows(self, buf: int, marks: list[int]) -> dict[int, int]:
+        await asyncio.sleep(0)
+        return {m: self.marks.get(m, -1) for m in marks}
+
+    def edit(self, start: int, end: int, lines: list[str]) -> None:
+        mirror = self.mirrors[BUF]
+        mirror.on_lines(mirror.tick + 1, start, end, lines)
+        shift = len(lines) - (end - start)
+        for mark, row in list(self.marks.items()):
+            if row >= end:
+                self.marks[mark] = row + shift
+            elif start <= row < end and shift < 0 and row >= start + len(lines):
+                del self.marks[mark]  # its row was deleted
+
+    async def apply(self, buf: int, tick: int, edits: list, anchors: list | None = None) -> bool:
+        await asyncio.sleep(0)
+        if tick != self.mirrors[buf].tick:
+            return False
+        for start, end, lines in edits:  # bottom-up
+            self.edit(start, end, lines)
+        for mark, row in anchors or []:
+            self.marks[mark] = row
+        return True
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+    def notify_user(self, msg: str, level: str) -> None:
+        self.told.append((msg, level))
+
+
+class Tasks:
+    def subscribe(self, fn: Any) -> None:
+        pass
+
+    def find_by_call(self, chat: str, call_id: str) -> None:
+        return None
+
+    def get(self, token: str) -> None:
+        return None
+
+
+def runner_for(lines: list[str], stub: bool = True) -> tuple[CallRunner, Port, list[Session]]:
+    """`stub`: the request is recorded, not built (else it is built, and a
+    chat that cannot be sent says why)."""
+    port = Port(lines)
+    runner = CallRunner(port, Tasks(), Config.from_dict({}))
+    sent: list[Session] = []
+    real = runner.loop._send
+
+    async def send(session: Session) -> dict[str, Any]:
+        sent.append(session)
+        return {} if stub else await real(session)
+
+    runner.loop._send = send  # type: ignore[method-assign]
+    return runner, port, sent
+
+
+async def running(runner: CallRunner, call_id: str) -> Any:
+    """The call as a run started it: prepared (claimed), its state running."""
+    call = runner.port.mirrors[BUF].chat().call_by_id(call_id)
+    tracked = await runner.chain.marks.prepare(BUF, call)
+    assert tracked is not None
+    runner.registry.state(tracked, "running")
+    return tracked
+
+
+async def settle(runner: CallRunner) -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+    await asyncio.gather(*runner.loop._bg, return_exceptions=True)
+
+
+def call(tool: str, call_id: str, body: str = '{"command": "make"}') -> list[str]:
+    return [f"```tool {tool} id={call_id}", body, "```", ""]
+
+
+def told(port: Port, words: str) -> list[str]:
+    return [m for m, _ in port.told if words in m]
+
+
+async def test_a_later_block_repeating_a_running_calls_id_is_not_said_to_run():
+    """A reply (hostile, or a model reusing ids) repeats the id of a call of an
+    earlier turn whose task runs in the background. The repeat never runs (its
+    id is a duplicate): a send must not wait for it, which would wait forever,
+    but say what is wrong with the chat."""
+    lines = ["USER: go", "", "ASSISTANT: Starting.", ""]
+    lines += call("run_terminal_command", "c_bg")[:3]
+    lines += ["```result id=c_bg status=running task=abc123", "Started.", "```", ""]
+    lines += ["USER: and?", "", "ASSISTANT: Again.", ""]
+    lines += call("run_terminal_command", "c_bg", '{"command": "ls"}')
+    lines += ["USER: "]
+    runner, port, sent = runner_for(lines, stub=False)
+    await running(runner, "c_bg")
+    await runner.loop.send(BUF, "/")
+    await settle(runner)
+    session = runner.loop.sessions[BUF]
+    assert not told(port, "still running") and not session.send_queued
+    assert sent == [session]
+    assert told(port, "without a result")  # the request could not be built: said
