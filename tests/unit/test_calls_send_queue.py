@@ -15,6 +15,7 @@ from sidekick_tools.buffers import BufferMirror
 from sidekick_tools.calls import CallRunner
 from sidekick_tools.calls.loop import Session
 from sidekick_tools.config import Config
+from sidekick_tools.tools.base import ToolResult
 
 BUF = 1
 
@@ -130,3 +131,23 @@ async def test_a_later_block_repeating_a_running_calls_id_is_not_said_to_run():
     assert not told(port, "still running") and not session.send_queued
     assert sent == [session]
     assert told(port, "without a result")  # the request could not be built: said
+
+
+async def test_a_send_waiting_for_a_call_whose_block_was_deleted_goes_when_it_ends():
+    """The user sends while c1 runs, then deletes c1's block: its result cannot
+    be written (said). The send still goes then, not never, nor later when
+    some other result is written (an old call run again) with whatever the
+    user has typed by then."""
+    lines = ["USER: go", "", "ASSISTANT: Running.", ""]
+    lines += call("run_terminal_command", "c1")
+    lines += ["USER: and then?"]
+    runner, port, sent = runner_for(lines)
+    tracked = await running(runner, "c1")
+    await runner.loop.send(BUF, "/")
+    await settle(runner)
+    assert told(port, "c1 still running") and sent == []
+    port.edit(4, 8, [])  # the user deletes the call's block
+    await runner.chain.deliver(tracked, ToolResult.ok("done"))
+    await settle(runner)
+    assert told(port, "not written")
+    assert sent == [runner.loop.sessions[BUF]]

@@ -49,6 +49,7 @@ class CallRunner:
             self.loop.result_written(tracked.buf)
 
         self.writer.on_written = written
+        self.writer.on_lost = lambda tracked: self.loop.result_lost(tracked.buf)
         self.port = port
         self._reattaching: set[int] = set()
         self.scan.on_running_block = self._reattach_soon

@@ -197,6 +197,13 @@ class ChatLoop:
         return True
 
     # -- a result was written: the loop may go on ---------------------------------------
+    def result_lost(self, buf: int) -> None:
+        """A call's result could not be written (its block was deleted): a send
+        waiting for it goes now, not when some later result is written."""
+        session = self.sessions.get(buf)
+        if session is not None and session.send_queued:
+            self.result_written(buf)
+
     def result_written(self, buf: int) -> None:
         session = self.sessions.get(buf)
         if session is None or session.busy:

@@ -70,6 +70,8 @@ class ResultWriter:
         self.ctx = ctx
         # Called once a call's result is in the buffer (its state follows).
         self.on_written: Callable[[Tracked, ToolResult], None] = lambda _t, _r: None
+        # Called once a call's result cannot be written (said to the user).
+        self.on_lost: Callable[[Tracked], None] = lambda _t: None
         self._queues: dict[int, list[Pending]] = {}
         self._writers: dict[int, asyncio.Future[None]] = {}
         self._written_at: dict[int, float] = {}  # loop time of the last batch, per buffer
@@ -142,6 +144,7 @@ class ResultWriter:
                 said += "; it is written when you open the chat again"
         self.ctx.port.notify_user(f"sidekick_tools: {said}{where}", "warn")
         log.info("%s: result not written (%s)", what, why)
+        self.on_lost(tracked)
 
     def delivered(self, tracked: Tracked, result: ToolResult) -> None:
         """A task's final result is in the chat: the store says so, so that the
