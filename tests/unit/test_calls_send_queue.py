@@ -151,3 +151,29 @@ async def test_a_send_waiting_for_a_call_whose_block_was_deleted_goes_when_it_en
     await settle(runner)
     assert told(port, "not written")
     assert sent == [runner.loop.sessions[BUF]]
+
+
+async def test_a_stop_while_a_send_denies_pending_calls_cancels_it():
+    """:SidekickSend denies c2 while c1 runs; :SidekickStop comes while the
+    denial is being written: the send must not be queued after the stop
+    (nor go when c1 ends)."""
+    lines = ["USER: go", "", "ASSISTANT: Running.", ""]
+    lines += call("run_terminal_command", "c1")
+    lines += call("run_terminal_command", "c2", '{"command": "rm -rf x"}')
+    lines += ["USER: "]
+    runner, port, sent = runner_for(lines)
+    tracked = await running(runner, "c1")
+    sending = asyncio.ensure_future(runner.loop.send(BUF, "/"))
+    for _ in range(100):  # until the denial of c2 is on its way
+        await asyncio.sleep(0)
+        c2 = runner.registry.get(BUF, "c2")
+        if c2 is not None and c2.answering:
+            break
+    assert c2 is not None and c2.answering and not sending.done()
+    runner.loop.stop(BUF)
+    await sending
+    assert "status=denied" in "\n".join(port.mirrors[BUF].lines)
+    assert not runner.loop.sessions[BUF].send_queued
+    await runner.chain.deliver(tracked, ToolResult.ok("done"))
+    await settle(runner)
+    assert sent == []

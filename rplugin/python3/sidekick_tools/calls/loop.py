@@ -100,6 +100,10 @@ class ChatLoop:
         except BaseException:
             session.sending = False
             raise
+        if session.halted:  # :SidekickStop while the pending calls were denied
+            session.sending = False
+            self.ctx.port.notify_user("sidekick_tools: stopped; the chat was not sent", "info")
+            return answer
         if running:
             # Not denied: they run. Their results come by themselves, and the
             # first `result_written` after the last of them sends.
