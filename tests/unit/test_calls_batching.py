@@ -168,3 +168,21 @@ async def test_a_call_the_chain_takes_while_the_user_starts_it_is_said_to_run():
     )
     assert isinstance(took, Tracked) and took.claimed
     assert isinstance(user, UserError) and "c0 is already running" in str(user)
+
+
+async def test_a_result_the_writer_failed_on_leaves_its_call_free_and_is_said():
+    port = Port(chat_lines(1))
+    told: list[str] = []
+    port.notify_user = lambda msg, level: told.append(msg)  # type: ignore[attr-defined]
+    runner = CallRunner(port, Tasks(), Config.from_dict({}))
+    call = port.mirrors[BUF].chat().calls[0]
+    tracked = await runner.chain.marks.prepare(BUF, call)
+    assert tracked is not None and runner.chain.marks.busy(BUF, call) is tracked
+
+    async def broken(buf: int, batch: list) -> list:
+        raise RuntimeError("a bug")
+
+    runner.writer._write_batch = broken  # type: ignore[method-assign]
+    assert await runner.writer.write(tracked, ToolResult.ok("out")) is False
+    assert runner.chain.marks.busy(BUF, call) is None  # it can be run again
+    assert any("not written: an internal error" in m for m in told)

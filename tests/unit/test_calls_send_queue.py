@@ -177,3 +177,110 @@ async def test_a_stop_while_a_send_denies_pending_calls_cancels_it():
     await runner.chain.deliver(tracked, ToolResult.ok("done"))
     await settle(runner)
     assert sent == []
+
+
+class Tool:
+    """A tool that runs until the test lets it end."""
+
+    def __init__(self) -> None:
+        self.started: list[dict[str, Any]] = []
+        self.gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def run(self, params: dict[str, Any], ctx: Any) -> ToolResult:
+        self.started.append(params)
+        await self.gate
+        return ToolResult.ok(f"ran {params['command']}")
+
+
+def gated_tools(monkeypatch: Any) -> Tool:
+    from sidekick_tools.calls import execute
+
+    tool = Tool()
+    monkeypatch.setattr(execute.tools, "get_tool", lambda name: tool)
+    return tool
+
+
+async def test_a_send_during_a_batch_runs_the_calls_queued_in_it_first(monkeypatch):
+    """:SidekickRunTools runs c1 and c2 (the user agreed to both); :SidekickSend
+    while c1 runs and c2 waits its turn: c2 is not denied (telling the model
+    the user went on without it would be false); the chat goes once both
+    have their results."""
+    tool = gated_tools(monkeypatch)
+    lines = ["USER: go", "", "ASSISTANT: Two.", ""]
+    lines += call("run_terminal_command", "c1", '{"command": "make a"}')
+    lines += call("run_terminal_command", "c2", '{"command": "make b"}')
+    lines += ["USER: and then?"]
+    runner, port, sent = runner_for(lines)
+    await runner.chain.run_tools(BUF, "/")
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if tool.started:
+            break
+    assert tool.started == [{"command": "make a"}]
+    await runner.loop.send(BUF, "/")
+    assert told(port, "c1, c2 still running") and sent == []
+    tool.gate.set_result(None)
+    for _ in range(400):
+        await asyncio.sleep(0.005)
+        if sent:
+            break
+    text = "\n".join(port.mirrors[BUF].lines)
+    assert "status=denied" not in text
+    assert "ran make a" in text and "ran make b" in text
+    assert sent == [runner.loop.sessions[BUF]]
+
+
+async def test_a_queued_send_is_given_up_when_what_is_missing_needs_the_user():
+    """Send while c1 runs; c2 is denied; the user undoes the denial. When c1
+    ends, c2 has no result and nothing brings one: the send is given up, said,
+    and does not go later when the user runs c2 by hand."""
+    lines = ["USER: go", "", "ASSISTANT: Two.", ""]
+    lines += call("run_terminal_command", "c1")
+    lines += call("run_terminal_command", "c2", '{"command": "rm -rf x"}')
+    lines += ["USER: "]
+    runner, port, sent = runner_for(lines)
+    tracked = await running(runner, "c1")
+    await runner.loop.send(BUF, "/")
+    await settle(runner)
+    assert told(port, "c1 still running")
+    denial = port.mirrors[BUF].lines.index("```result id=c2 status=denied reason=user")
+    port.edit(denial, denial + 4, [])  # the undo: c2 pending again
+    assert port.mirrors[BUF].chat().call_by_id("c2").result is None
+    await runner.chain.deliver(tracked, ToolResult.ok("done"))
+    await settle(runner)
+    session = runner.loop.sessions[BUF]
+    assert told(port, "the chat was not sent: c2 without a result")
+    assert not session.send_queued and sent == []
+    # c2 answered by hand later: nothing goes by itself
+    c2 = await runner.chain.marks.prepare(BUF, port.mirrors[BUF].chat().call_by_id("c2"))
+    await runner.chain.deliver(c2, ToolResult.ok("by hand"))
+    await settle(runner)
+    assert sent == []
+
+
+async def test_a_batch_whose_chat_went_away_leaves_no_call_taken(monkeypatch):
+    """:SidekickRunTools prepared c1 and c2, then its chat could not be read:
+    neither is left taken (:SidekickRunTool would say "already running" for
+    ever) nor queued."""
+    gated_tools(monkeypatch)
+    lines = ["USER: go", "", "ASSISTANT: Two.", ""]
+    lines += call("run_terminal_command", "c1", '{"command": "make a"}')
+    lines += call("run_terminal_command", "c2", '{"command": "make b"}')
+    runner, port, _ = runner_for(lines)
+    real = port.mirror
+    calls = 0
+
+    async def mirror(buf: int) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls > 3:  # after run_tools looked: the batch's own look fails
+            raise RuntimeError("buffer unloaded")
+        return await real(buf)
+
+    port.mirror = mirror  # type: ignore[method-assign]
+    await runner.chain.run_tools(BUF, "/")
+    await asyncio.gather(*runner.chain._bg, return_exceptions=True)
+    chat = (await real(BUF)).chat()
+    for call_id in ("c1", "c2"):
+        assert runner.chain.marks.busy(BUF, chat.call_by_id(call_id)) is None
+        assert runner.registry.get(BUF, call_id) is None

@@ -50,6 +50,7 @@ class CallRunner:
 
         self.writer.on_written = written
         self.writer.on_lost = lambda tracked: self.loop.result_lost(tracked.buf)
+        self.chain.dropped = self.loop.result_lost
         self.port = port
         self._reattaching: set[int] = set()
         self.scan.on_running_block = self._reattach_soon

@@ -21,11 +21,11 @@ from ..chat.edits import describe
 from ..tools.base import ToolResult
 from ..tools.policy import judge, judge_why, outside_note
 from .context import CallContext
-from .execute import STRUCTURAL, CallExecutor, denied
+from .execute import CallExecutor, denied
 from .follow import TaskFollower
 from .marking import CallMarks, Found, UserError
 from .registry import Tracked
-from .scan import call_problem
+from .scan import STRUCTURAL, call_problem
 from .writer import ResultWriter, log_failure
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,8 @@ class CallChain:
         self.answers_broken: Callable[[int], bool] = lambda _buf: False
         # whether a reply streams into a buffer: its calls are not all there yet
         self.streaming: Callable[[int], bool] = lambda _buf: False
+        # called when calls a batch was to run will not get a result from it
+        self.dropped: Callable[[int], None] = lambda _buf: None
         self._bg: set[asyncio.Future[Any]] = set()
 
     # -- what the user runs -------------------------------------------------------------
@@ -254,6 +256,7 @@ class CallChain:
         would unasked (checked again, hardened, under the auto-run timeout);
         the others run as the user agreed to them."""
         deliveries = []
+        started: set[int] = set()  # id() of the followers handed to the executor
         for tracked, _ in chosen[1:]:  # shown waiting their turn, not ▶ to run by hand
             tracked.waiting = True
             self.ctx.registry.state(tracked, "queued")
@@ -272,7 +275,9 @@ class CallChain:
                     or digest(call) != digest(agreed)  # its text is the one agreed to
                 ):
                     self.ctx.registry.forget(tracked)  # moved or changed: its text says its state
+                    self.dropped(buf)
                     continue
+                started.add(id(tracked))
                 result = await self.executor.run(
                     tracked, cwd, explicit=None, found=(mirror, call), gate=gate
                 )
@@ -280,10 +285,18 @@ class CallChain:
                 if result is not None:
                     deliveries.append(asyncio.ensure_future(self.deliver(tracked, result)))
         finally:
-            for tracked, _ in chosen:  # the batch stopped early: none is left "queued"
-                if tracked.waiting and self.ctx.registry.live(tracked) is tracked:
-                    tracked.waiting = False
-                    self.ctx.registry.forget(tracked)
+            # the batch stopped early (its chat went away): none is left
+            # "queued", nor taken for a run that never comes
+            left = [
+                t
+                for t, _ in chosen
+                if id(t) not in started and self.ctx.registry.live(t) is t and not t.answering
+            ]
+            for tracked in left:
+                tracked.waiting = False
+                self.ctx.registry.forget(tracked)
+            if left:
+                self.dropped(buf)
         if deliveries:
             await asyncio.gather(*deliveries)
 

@@ -18,11 +18,9 @@ from ..tools.policy import judge
 from .context import CallContext
 from .marking import CallMarks, Found
 from .registry import Tracked
-from .scan import call_problem
+from .scan import STRUCTURAL, call_problem
 
 log = logging.getLogger(__name__)
-
-STRUCTURAL = ("Unclosed fence", "Duplicate id")  # errors the text itself must fix
 
 
 def denied(reason: str, by: str = "policy") -> ToolResult:

@@ -27,7 +27,6 @@ from ..chat.parser import Chat
 from ..tools.base import ToolResult
 from .chain import CallChain, UserError
 from .context import CallContext
-from .execute import STRUCTURAL
 from .writer import ResultWriter, log_failure
 
 # outbound, reply_stream and llm (and the chat's block model under them) are
@@ -121,17 +120,13 @@ class ChatLoop:
         return answer
 
     async def _running_calls(self, buf: int) -> list[str]:
-        """The ids of the last reply's calls that have no result yet because they
-        run (or their answer is on its way), when every call without a result
-        is such a one; else none (sending then says what is missing). A block
-        that repeats the id of a call that runs (an earlier turn's background
-        task) is not that call: it never runs, and nothing would send."""
+        """The ids of the last reply's calls that have no result yet because it
+        is on its way (`CallMarks.coming`: they run, or wait their turn in a
+        batch the user agreed to), when every call without a result is such a
+        one; else none (sending then says what is missing)."""
         mirror = await self.chain.marks.mirror(buf)
         calls = mirror.chat().unanswered()
-        if calls and all(
-            self.chain.marks.busy(buf, c) and not (c.error or "").startswith(STRUCTURAL)
-            for c in calls
-        ):
+        if calls and all(self.chain.marks.coming(buf, c) for c in calls):
             return [c.call_id or "" for c in calls]
         return []
 
@@ -202,8 +197,9 @@ class ChatLoop:
 
     # -- a result was written: the loop may go on ---------------------------------------
     def result_lost(self, buf: int) -> None:
-        """A call's result could not be written (its block was deleted): a send
-        waiting for it goes now, not when some later result is written."""
+        """A call's result will not come (its block was deleted, or a batch
+        dropped it): a send waiting for it goes now or is given up, not left
+        for some later result to set off."""
         session = self.sessions.get(buf)
         if session is not None and session.send_queued:
             self.result_written(buf)
@@ -219,7 +215,22 @@ class ChatLoop:
         waited, then send again if the loop is armed (or a notice arrived and
         `send_on_notice`), unless the user is writing their own message."""
         mirror = await self.ctx.port.mirror(session.buf)
-        if mirror is None or session.busy or mirror.chat().unanswered():
+        if mirror is None or session.busy:
+            return
+        missing = mirror.chat().unanswered()
+        if missing:
+            if session.send_queued and not any(
+                self.chain.marks.coming(session.buf, c) for c in missing
+            ):
+                # what is left needs the user (an undone denial, say): the send
+                # does not wait for it, nor go when they deal with it later
+                session.send_queued = session.armed = False
+                ids = ", ".join(c.call_id or f"line {c.start_row + 1}" for c in missing[:3])
+                self.ctx.port.notify_user(
+                    f"sidekick_tools: the chat was not sent: {ids} without a result; "
+                    "run or deny, then :SidekickSend",
+                    "warn",
+                )
             return
         noticed = await self._flush_notices(session)
         if session.send_queued:  # the user's own :SidekickSend, waiting for these results
@@ -281,8 +292,8 @@ class ChatLoop:
             why = "Not run: the user went on without running it."
         waits = []
         for call in calls:
-            if self.chain.marks.busy(buf, call):
-                continue  # it runs (or was denied a moment ago): its own result comes
+            if self.chain.marks.coming(buf, call):
+                continue  # it runs, is queued to, or was denied a moment ago: its result comes
             tracked = await self.chain.marks.prepare(buf, call)
             if tracked is not None:
                 result = ToolResult(

@@ -14,6 +14,7 @@ from ..chat import ToolCall
 from ..chat.render import header_with_id, new_call_id
 from .context import CallContext
 from .registry import Tracked
+from .scan import STRUCTURAL
 from .writer import CALL_GONE
 
 RETRIES = 50  # a call's id and mark, while the mirror catches up with the buffer
@@ -53,6 +54,16 @@ class CallMarks:
         (a pending block, for a moment): it must not start again, nor be denied."""
         tracked = self.ctx.registry.get(buf, call.call_id or "")
         return tracked if tracked is not None and tracked.busy else None
+
+    def coming(self, buf: int, call: ToolCall) -> bool:
+        """The call's result is on its way without the user: it runs, its
+        answer is being written, or it waits its turn in a :SidekickRunTools
+        batch the user agreed to. A block whose id is broken (a repeat of a
+        running call's id) is never that call."""
+        if (call.error or "").startswith(STRUCTURAL):
+            return False
+        tracked = self.ctx.registry.live(self.ctx.registry.get(buf, call.call_id or ""))
+        return tracked is not None and (tracked.busy or tracked.waiting and not tracked.done)
 
     def refuse_busy(self, buf: int, call: ToolCall) -> None:
         tracked = self.busy(buf, call)

@@ -194,6 +194,9 @@ class ResultWriter:
                     log.exception("writing %d blocks into buffer %d failed", len(batch), buf)
                     later = []
                     for item in batch:
+                        if item.tracked is not None:  # said, and the call is free again
+                            why = "an internal error (see the host log)"
+                            self.lost(item.tracked, why, item.result)
                         item.resolve(False)
                 self._written_at[buf] = loop.time()
                 if later:
