@@ -849,3 +849,33 @@ def test_a_send_while_a_call_runs_goes_once_it_has_its_result(editor, fake, kind
     assert "```result id=c_w status=completed" in text_ and "status=denied" not in text_
     sent = json.dumps(fake.requests[1].json)
     assert "opened" in sent and "and then?" in sent
+
+
+def test_send_gives_a_call_that_ran_unseen_its_tasks_result_not_not_run(editor, fake, kind):
+    """A call whose task ran but whose result never reached the chat (the host
+    died first; after a restart, or an undo and redo, the call reads as
+    pending) is not denied by :SidekickSend with "Not run": the model would be
+    told a command that ran never did. It gets its task's result, which is
+    what goes to the model."""
+    gate = editor.workdir / "gate"
+    once = editor.workdir / "once"
+    fake.push(reply("Noted."))
+    use_fake(editor, fake, KEY, kind, tasks={"hybrid_threshold": 30})
+    command = f"printf x >> once; while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"
+    block = "```tool run_terminal_command id=w1\n" + json.dumps({"command": command}) + "\n```\n"
+    buf = editor.open_chat("USER: go\n\nASSISTANT: On it.\n\n" + block + "\nUSER: and then?\n")
+    editor.run_tool(5)
+    wait_for(once.exists, 20)
+    assert editor.host_pid() > 0
+    editor.kill_host()
+    wait_for(lambda: not editor.lua("return require('sidekick_tools.host').running()"), 10)
+    gate.touch()  # the command ends while no host follows it
+    assert "```result" not in editor.text(buf)  # the call reads as pending
+    send(editor)
+    wait_replies(editor, 1)
+    body = editor.text(buf)
+    assert "```result id=w1 status=completed" in body, body
+    assert "Not run" not in body
+    assert once.read_text() == "x"  # not run again either
+    sent = json.dumps(messages(fake.requests[0]))
+    assert "finished" in sent and "Not run" not in sent

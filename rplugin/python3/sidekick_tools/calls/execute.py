@@ -76,15 +76,9 @@ class CallExecutor:
                 self.ctx.port.notify_user(f"sidekick_tools: {problem}", "error")
                 return None
             return ToolResult(status="failed", body=problem, fields={})
-        earlier = self._undelivered_task(mirror.name, call)
+        earlier = self.earlier_result(tracked, mirror.name, call)
         if earlier is not None:
-            # This call already started a task whose result never reached the
-            # chat (the host died before writing it): that task is the call's,
-            # running or ended. Running the call again would run it twice.
-            self.ctx.registry.bind(tracked, earlier.id)
-            result = tools.result_from_task(call.tool, earlier)
-            result.fields.setdefault("task", earlier.id)
-            return result
+            return earlier
         ctx = self.context(cwd, mirror.name, tracked.call_id)
         answer = None
         if explicit is not False:
@@ -116,6 +110,20 @@ class CallExecutor:
         if result.status == "running":
             token = str(result.fields.get("task") or tracked.token or "") or None
             self.ctx.registry.bind(tracked, token)
+        return result
+
+    def earlier_result(self, tracked: Tracked, chat: str, call: ToolCall) -> ToolResult | None:
+        """The result of the task this pending call already started, when that
+        task's result never reached the chat (the host died before writing it,
+        or an undo took the call away meanwhile): that task is the call's,
+        running or ended. Running the call again would run it twice, and
+        denying it would tell the model it never ran."""
+        earlier = self._undelivered_task(chat, call)
+        if earlier is None:
+            return None
+        self.ctx.registry.bind(tracked, earlier.id)
+        result = tools.result_from_task(call.tool, earlier)
+        result.fields.setdefault("task", earlier.id)
         return result
 
     def _undelivered_task(self, chat: str, call: ToolCall) -> Any:

@@ -295,13 +295,14 @@ class ChatLoop:
             if self.chain.marks.coming(buf, call):
                 continue  # it runs, is queued to, or was denied a moment ago: its result comes
             tracked = await self.chain.marks.prepare(buf, call)
-            if tracked is not None:
-                result = ToolResult(
-                    status="denied",
-                    body=why,
-                    fields={"reason": "user"},
-                )
-                waits.append(self.chain.answer(tracked, result))
+            if tracked is None:
+                continue
+            earlier = self.chain.executor.earlier_result(tracked, mirror.name, call)
+            if earlier is not None:  # it ran before (its result was never written): not denied
+                waits.append(self.chain.deliver(tracked, earlier))
+                continue
+            result = ToolResult(status="denied", body=why, fields={"reason": "user"})
+            waits.append(self.chain.answer(tracked, result))
         if waits:
             await asyncio.gather(*waits)
 
