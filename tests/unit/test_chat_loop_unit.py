@@ -105,7 +105,10 @@ async def test_a_send_waiting_for_running_calls_goes_even_though_the_user_typed(
 
 async def test_stop_cancels_a_send_waiting_for_running_calls():
     loop, session, sent = queued_loop()
-    loop.stop(1)
+    answer = loop.stop(1)
     assert not session.send_queued
+    # the user is told their send is off, not only that the loop stops
+    assert "send cancelled" in answer["message"]
+    assert "send cancelled" not in loop.stop(1)["message"]  # nothing waited any more
     await loop._continue(session)
     assert sent == []

@@ -153,17 +153,21 @@ class ChatLoop:
             return {"stopped": False, "message": "sidekick_tools: nothing to stop in this chat"}
         session.armed = False
         session.halted = True
-        session.send_queued = False
+        queued, session.send_queued = session.send_queued, False
         streaming = session.streaming is not None
         if session.streaming is not None:
             session.stopping = True
             session.streaming.cancel()
-        return {
-            "stopped": True,
-            "message": "sidekick_tools: reply stopped"
-            if streaming
-            else "sidekick_tools: the loop will not send again by itself",
-        }
+        if streaming:
+            message = "sidekick_tools: reply stopped"
+        elif queued:
+            message = (
+                "sidekick_tools: send cancelled: the chat will not go when the running "
+                "calls have their results (:SidekickSend sends it)"
+            )
+        else:
+            message = "sidekick_tools: the loop will not send again by itself"
+        return {"stopped": True, "message": message}
 
     def busy(self, buf: int) -> bool:
         """A reply streams into `buf`, or its calls are not all answered yet:
