@@ -287,7 +287,9 @@ class ChatLoop:
     # -- sending -----------------------------------------------------------------------
     async def _deny_pending(self, buf: int) -> None:
         """The last reply's pending calls get a denied result, saying whether the
-        user replied or sent with nothing typed (the model reads which)."""
+        user replied or sent with nothing typed (the model reads which); one
+        whose task ran unseen (its result never reached the chat) gets that
+        task's result; those whose result is on its way are left to it."""
         mirror = await self.chain.marks.mirror(buf)
         calls = mirror.chat().unanswered()
         if _user_typing(mirror.chat(), mirror.lines):
