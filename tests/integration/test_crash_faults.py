@@ -130,6 +130,34 @@ def test_a_call_whose_host_died_while_it_waited_gets_its_own_task(editor):
     assert once.read_text() == "xx"
 
 
+def test_a_call_that_ran_while_no_host_followed_it_gets_its_result_when_one_is_back(editor):
+    """The host dies while a call's task runs in the foreground (nothing written
+    yet) and the task ends meanwhile. The next host (started here by a command
+    that has nothing to do with the call) writes the task's result into the
+    chat: the call read as pending, as if it had never run."""
+    gate = editor.workdir / "gate"
+    editor.setup(tasks={"hybrid_threshold": 30})
+    command = f"printf x >> once; while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"
+    buf = editor.open_chat(HEAD + call("w1", command))
+    editor.run_tool(5)
+    once = editor.workdir / "once"
+    wait_for(once.exists, 20)
+    kill_host(editor)
+    gate.touch()
+    wait_for(lambda: _ended(editor.state_dir), 20)  # the task ended, unseen
+    assert "```result" not in editor.text(buf)
+    editor.lua("return require('sidekick_tools').list_tasks()")  # a new host
+    body = editor.wait_text("```result id=w1 status=completed", buf)
+    assert "finished" in body.split("```result id=w1", 1)[1]
+    assert once.read_text() == "x"  # not run again
+    editor.wait_diag(4, "✓ run_terminal_command", buf=buf)
+
+
+def _ended(state_dir: Path) -> bool:
+    """Some task's supervisor has written its exit record."""
+    return any(state_dir.rglob("exit"))
+
+
 def test_tasks_die_with_neovim_when_the_host_died_first(editors):
     """kill_on_exit holds after a host crash: :qa halts the tasks it left."""
     ed = editors()

@@ -106,6 +106,8 @@ class CallRunner:
             self.scan.unfollowed[buf] = await self.follower.reattach(
                 buf, mirror, self.chain.marks.prepare, write_ended
             )
+            if write_ended:
+                await self.chain.write_unseen(buf)
         finally:
             self._reattaching.discard(buf)
         self.scan.schedule(buf, delay=0)

@@ -126,6 +126,31 @@ class CallChain:
         self.spawn(self._run_tracked(buf, chosen, cwd, gate))
         return {"count": len(chosen), "ids": [t.call_id for t, _ in chosen]}
 
+    async def write_unseen(self, buf: int) -> None:
+        """Pending calls whose task ran while no host followed them (it died, or
+        Neovim quit with `kill_on_exit` off before the call's block said
+        running) get that task's result when their chat is opened: the call
+        reads as never run otherwise, and running it again would run it twice."""
+        mirror = await self.marks.mirror(buf)
+        pending = [c for c in mirror.chat().calls if c.result is None and c.call_id]
+        if not pending:
+            return
+        # one look at the chat's tasks, not one per call (a chat may hold many)
+        started = {t.call_id for t in self.ctx.tasks.list(chats=[mirror.name], limit=None)}
+        for call in pending:
+            if call.call_id not in started or call_problem(call) or self.marks.coming(buf, call):
+                continue
+            if not self.executor.ran_unseen(mirror.name, call):
+                continue
+            tracked = await self.marks.prepare(buf, call)
+            if tracked is None:
+                continue
+            earlier = self.executor.earlier_result(tracked, mirror.name, call)
+            if earlier is None:  # delivered meanwhile: not ours to write
+                self.ctx.registry.forget(tracked)
+                continue
+            await self.deliver(tracked, earlier)
+
     def _refuse_streaming(self, buf: int) -> None:
         if self.streaming(buf):
             raise UserError(

@@ -126,6 +126,11 @@ class CallExecutor:
         result.fields.setdefault("task", earlier.id)
         return result
 
+    def ran_unseen(self, chat: str, call: ToolCall) -> bool:
+        """Whether the pending `call` started a task whose result never reached
+        the chat (see `earlier_result`)."""
+        return self._undelivered_task(chat, call) is not None
+
     def _undelivered_task(self, chat: str, call: ToolCall) -> Any:
         """The task this pending call started before, if its result was never
         written (a result the user deleted was delivered: the call runs again).
