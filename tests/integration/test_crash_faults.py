@@ -102,17 +102,23 @@ def test_kill_9_during_a_burst_of_300_writes_runs_each_call_once(editor):
     assert sum(1 for i in ids if "status=completed" in final(i, body)) >= n // 3
 
 
-def test_a_call_whose_host_died_while_it_waited_gets_its_own_task(editor):
-    """The host dies while a call waits for its task (nothing written yet):
-    running the call again follows that task instead of starting it twice."""
-    gate = editor.workdir / "gate"
+def orphan_a_waiting_call(editor) -> tuple[int, Path, Path]:
+    """Call w1 runs in the foreground (printing to `once`, then waiting for
+    `gate`) when its host is killed: (chat buffer, gate, once)."""
+    gate, once = editor.workdir / "gate", editor.workdir / "once"
     editor.setup(tasks={"hybrid_threshold": 30})
     command = f"printf x >> once; while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"
     buf = editor.open_chat(HEAD + call("w1", command))
     editor.run_tool(5)
-    once = editor.workdir / "once"
     wait_for(once.exists, 20)
     kill_host(editor)
+    return buf, gate, once
+
+
+def test_a_call_whose_host_died_while_it_waited_gets_its_own_task(editor):
+    """The host dies while a call waits for its task (nothing written yet):
+    running the call again follows that task instead of starting it twice."""
+    buf, gate, once = orphan_a_waiting_call(editor)
     assert "```result" not in editor.text(buf)  # the call still reads as pending
     editor.run_tool(5)  # a new host: the call's task is found, not started again
     editor.wait_text("```result id=w1 status=running")
@@ -135,14 +141,7 @@ def test_a_call_that_ran_while_no_host_followed_it_gets_its_result_when_one_is_b
     yet) and the task ends meanwhile. The next host (started here by a command
     that has nothing to do with the call) writes the task's result into the
     chat: the call read as pending, as if it had never run."""
-    gate = editor.workdir / "gate"
-    editor.setup(tasks={"hybrid_threshold": 30})
-    command = f"printf x >> once; while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"
-    buf = editor.open_chat(HEAD + call("w1", command))
-    editor.run_tool(5)
-    once = editor.workdir / "once"
-    wait_for(once.exists, 20)
-    kill_host(editor)
+    buf, gate, once = orphan_a_waiting_call(editor)
     gate.touch()
     wait_for(lambda: _ended(editor.state_dir), 20)  # the task ended, unseen
     assert "```result" not in editor.text(buf)

@@ -104,6 +104,16 @@ async def settle(runner: CallRunner) -> None:
     await asyncio.gather(*runner.loop._bg, return_exceptions=True)
 
 
+async def c1_runs_c2_pending() -> tuple[CallRunner, Port, list[Session], Any]:
+    """A reply with c1 (running) and c2 (pending, needing consent), the
+    user's USER: line empty: the runner, its port, the sends, c1's follower."""
+    lines = ["USER: go", "", "ASSISTANT: Two.", ""]
+    lines += call("run_terminal_command", "c1")
+    lines += call("run_terminal_command", "c2", '{"command": "rm -rf x"}')
+    runner, port, sent = runner_for([*lines, "USER: "])
+    return runner, port, sent, await running(runner, "c1")
+
+
 def call(tool: str, call_id: str, body: str = '{"command": "make"}') -> list[str]:
     return [f"```tool {tool} id={call_id}", body, "```", ""]
 
@@ -157,12 +167,7 @@ async def test_a_stop_while_a_send_denies_pending_calls_cancels_it():
     """:SidekickSend denies c2 while c1 runs; :SidekickStop comes while the
     denial is being written: the send must not be queued after the stop
     (nor go when c1 ends)."""
-    lines = ["USER: go", "", "ASSISTANT: Running.", ""]
-    lines += call("run_terminal_command", "c1")
-    lines += call("run_terminal_command", "c2", '{"command": "rm -rf x"}')
-    lines += ["USER: "]
-    runner, port, sent = runner_for(lines)
-    tracked = await running(runner, "c1")
+    runner, port, sent, tracked = await c1_runs_c2_pending()
     sending = asyncio.ensure_future(runner.loop.send(BUF, "/"))
     for _ in range(100):  # until the denial of c2 is on its way
         await asyncio.sleep(0)
@@ -234,12 +239,7 @@ async def test_a_queued_send_is_given_up_when_what_is_missing_needs_the_user():
     """Send while c1 runs; c2 is denied; the user undoes the denial. When c1
     ends, c2 has no result and nothing brings one: the send is given up, said,
     and does not go later when the user runs c2 by hand."""
-    lines = ["USER: go", "", "ASSISTANT: Two.", ""]
-    lines += call("run_terminal_command", "c1")
-    lines += call("run_terminal_command", "c2", '{"command": "rm -rf x"}')
-    lines += ["USER: "]
-    runner, port, sent = runner_for(lines)
-    tracked = await running(runner, "c1")
+    runner, port, sent, tracked = await c1_runs_c2_pending()
     await runner.loop.send(BUF, "/")
     await settle(runner)
     assert told(port, "c1 still running")
