@@ -15,12 +15,31 @@ from ..chat import ToolCall
 from ..tasks.model import TaskStatus
 from ..tools.base import ToolContext, ToolResult
 from ..tools.policy import judge
+from ..tools.use_agent import label_for
 from .context import CallContext
 from .marking import CallMarks, Found
 from .registry import Tracked
 from .scan import STRUCTURAL, call_problem
 
 log = logging.getLogger(__name__)
+
+
+def started_by(task: Any, call: ToolCall) -> bool:
+    """Whether `task` is what `call`, as it reads now, started: the store keeps
+    only a call's chat and id, which a later call may share (a reply reusing
+    an earlier call's id after that call's block was deleted), so the tool and
+    what it ran must match too: the command, or the agent and its message."""
+    params = call.params if isinstance(call.params, dict) else {}
+    if task.tool != call.tool:
+        return False
+    if call.tool == "run_terminal_command":
+        return (task.call_command or task.command) == params.get("command")
+    if call.tool == "use_agent":
+        agent, message = params.get("agent"), params.get("message")
+        if not (isinstance(agent, str) and isinstance(message, str)):
+            return False
+        return task.label == label_for(agent, message)
+    return True
 
 
 def denied(reason: str, by: str = "policy") -> ToolResult:
@@ -145,6 +164,10 @@ class CallExecutor:
             log.warning("looking up earlier tasks of call %s failed", call.call_id, exc_info=True)
             return None
         if task is None or task.delivered or task.status is TaskStatus.CANCELLED:
+            return None
+        if not started_by(task, call):
+            # Another call that had this id (a later reply reusing it, the chat
+            # started over in the same file): its task is not this one's.
             return None
         return task
 

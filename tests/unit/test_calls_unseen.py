@@ -1,0 +1,110 @@
+"""A pending call whose task ran unseen gets that task's result (on open, on
+send, when run): only a task this very call started, never one of an earlier
+call that had the same id (a later reply reusing it, the chat started over in
+the same file) nor one of another chat without a name."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from sidekick_tools.tasks.model import Task, TaskStatus
+
+from tests.unit.test_calls_send_queue import BUF, call, runner_for, settle
+
+CHAT = "chat.sidekick.md"
+
+
+class Tasks:
+    """The store: the tasks given, found by (chat, call id) as SQLite finds them."""
+
+    def __init__(self, *tasks: Task) -> None:
+        self.tasks = list(tasks)
+
+    def subscribe(self, fn: Any) -> None:
+        pass
+
+    def find_by_call(self, chat: str, call_id: str) -> Task | None:
+        found = [t for t in self.tasks if (t.chat, t.call_id) == (chat, call_id)]
+        return max(found, key=lambda t: t.created_at) if found else None
+
+    def list(self, chats: Any = None, limit: Any = None, **_: Any) -> list[Task]:
+        return [t for t in self.tasks if chats is None or t.chat in chats]
+
+    def get(self, token: str) -> Task | None:
+        return next((t for t in self.tasks if t.id == token), None)
+
+    def mark_delivered(self, token: str) -> bool:
+        task = self.get(token)
+        if task is not None:
+            task.delivered = True
+        return task is not None
+
+    def queued_tokens(self) -> list[str]:
+        return []
+
+
+def ended(tmp: Path, token: str, command: str, out: str, chat: str = CHAT) -> Task:
+    """A task of call c1 of `chat` that ended while no host followed it."""
+    log_dir = tmp / token
+    log_dir.mkdir()
+    (log_dir / "stdout").write_text(out)
+    (log_dir / "stderr").write_text("")
+    now = time.time()
+    return Task(
+        id=token,
+        tool="run_terminal_command",
+        command=command,
+        status=TaskStatus.COMPLETED,
+        exit_code=0,
+        chat=chat,
+        call_id="c1",
+        created_at=now - 10,
+        started_at=now - 10,
+        ended_at=now - 9,
+        log_dir=str(log_dir),
+    )
+
+
+def chat_with(command: str) -> list[str]:
+    lines = ["USER: go", "", "ASSISTANT: Running.", ""]
+    lines += call("run_terminal_command", "c1", f'{{"command": "{command}"}}')
+    return lines + ["USER: "]
+
+
+async def test_a_reused_id_does_not_get_the_earlier_calls_output_on_open(tmp_path):
+    """c1 ran `cat secrets.txt`; its block was deleted while it ran (the chat
+    started over in the same file), so its result was never written. A later
+    reply's call reuses the id c1 for `ls`: opening the chat must not write
+    the old command's output into it, as if `ls` had printed it."""
+    task = ended(tmp_path, "aaa111", "cat secrets.txt", "the old command's output\n")
+    runner, port, _ = runner_for(chat_with("ls"))
+    runner.ctx.tasks = runner.chain.ctx.tasks = Tasks(task)
+    await runner.chat_opened(BUF)
+    await settle(runner)
+    text = "\n".join(port.mirrors[BUF].lines)
+    assert "the old command's output" not in text
+    assert "```result" not in text
+
+
+async def test_a_reused_id_is_denied_on_send_not_given_the_earlier_calls_output(tmp_path):
+    task = ended(tmp_path, "aaa111", "cat secrets.txt", "the old command's output\n")
+    runner, port, sent = runner_for(chat_with("ls"))
+    runner.ctx.tasks = Tasks(task)
+    await runner.loop.send(BUF, "/")
+    await settle(runner)
+    text = "\n".join(port.mirrors[BUF].lines)
+    assert "the old command's output" not in text
+    assert "status=denied" in text
+
+
+async def test_the_call_that_started_the_task_gets_its_result_on_open(tmp_path):
+    task = ended(tmp_path, "aaa111", "make", "built\n")
+    runner, port, _ = runner_for(chat_with("make"))
+    runner.ctx.tasks = Tasks(task)
+    await runner.chat_opened(BUF)
+    await settle(runner)
+    text = "\n".join(port.mirrors[BUF].lines)
+    assert "```result id=c1 status=completed" in text and "built" in text
+    assert task.delivered
