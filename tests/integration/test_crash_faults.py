@@ -177,3 +177,26 @@ def test_tasks_die_with_neovim_when_the_host_died_first(editors):
         pass
     wait_for(lambda: not alive(nvim_pid), 20)
     wait_for(lambda: not alive(sleeper), 10)
+
+
+def test_a_chat_opened_in_a_second_neovim_gets_no_result_of_a_call_the_first_one_runs(editors):
+    """Neovim A runs w1 (waiting for it: no block yet); the same chat opened in
+    Neovim B (its host up) must not take A's task as one that ran unseen: B's
+    buffer is left as the file is (A writes the result, in its own buffer),
+    not modified by opening it, nor given a second copy of A's result."""
+    a, b = editors(), editors()
+    gate = a.workdir / "gate"
+    for ed in (a, b):
+        ed.setup(tasks={"hybrid_threshold": 30})
+    command = f"printf x >> once; while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"
+    a.open_chat(HEAD + call("w1", command))
+    a.run_tool(5)
+    wait_for((a.workdir / "once").exists, 20)
+    b.lua("return require('sidekick_tools').list_tasks()")  # B's host is up
+    b.nvim.command(f"edit {a.workdir / 'chat.sidekick.md'}")
+    b.wait_diag(4, "▶", timeout=20)  # B looked at the chat and drew its pending call
+    assert "```result" not in b.text()
+    assert not b.lua("return vim.bo.modified")
+    gate.touch()
+    a.wait_text("```result id=w1 status=completed")
+    assert "```result" not in b.text()

@@ -19,6 +19,8 @@ CHAT = "chat.sidekick.md"
 class Tasks:
     """The store: the tasks given, found by (chat, call id) as SQLite finds them."""
 
+    owner = "1:me"  # this Neovim
+
     def __init__(self, *tasks: Task) -> None:
         self.tasks = list(tasks)
 
@@ -64,6 +66,7 @@ def ended(tmp: Path, token: str, command: str, out: str, chat: str = CHAT) -> Ta
         started_at=now - 10,
         ended_at=now - 9,
         log_dir=str(log_dir),
+        owner=Tasks.owner,
     )
 
 

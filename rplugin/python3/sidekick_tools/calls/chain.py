@@ -18,6 +18,7 @@ from typing import Any
 
 from ..chat import ToolCall
 from ..chat.edits import describe
+from ..tasks.identity import owner_gone
 from ..tools.base import ToolResult
 from ..tools.policy import judge, judge_why, outside_note
 from .context import CallContext
@@ -130,17 +131,25 @@ class CallChain:
         """Pending calls whose task ran while no host followed them (it died, or
         Neovim quit with `kill_on_exit` off before the call's block said
         running) get that task's result when their chat is opened: the call
-        reads as never run otherwise, and running it again would run it twice."""
+        reads as never run otherwise, and running it again would run it twice.
+        A task of another Neovim that still runs is that Neovim's to write
+        (the same chat open in both): opening it here writes nothing."""
         mirror = await self.marks.mirror(buf)
         pending = [c for c in mirror.chat().calls if c.result is None and c.call_id]
         if not pending:
             return
         # one look at the chat's tasks, not one per call (a chat may hold many)
-        started = {t.call_id for t in self.ctx.tasks.list(chats=[mirror.name], limit=None)}
+        newest: dict[str, Any] = {}
+        for task in self.ctx.tasks.list(chats=[mirror.name], limit=None):  # newest first
+            newest.setdefault(task.call_id, task)
+        gone: dict[str, bool] = {}  # each owner looked at once
         for call in pending:
-            if call.call_id not in started or call_problem(call) or self.marks.coming(buf, call):
+            task = newest.get(call.call_id or "")
+            if task is None or task.delivered or call_problem(call):
                 continue
-            if not self.executor.ran_unseen(mirror.name, call):
+            if task.owner != self.ctx.tasks.owner and not owner_gone(task.owner, gone):
+                continue  # the Neovim that runs it (the chat open there too) writes it
+            if self.marks.coming(buf, call) or not self.executor.ran_unseen(mirror.name, call):
                 continue
             tracked = await self.marks.prepare(buf, call)
             if tracked is None:
