@@ -284,3 +284,32 @@ async def test_a_batch_whose_chat_went_away_leaves_no_call_taken(monkeypatch):
     for call_id in ("c1", "c2"):
         assert runner.chain.marks.busy(BUF, chat.call_by_id(call_id)) is None
         assert runner.registry.get(BUF, call_id) is None
+
+
+async def test_run_tools_failing_while_it_takes_its_calls_leaves_none_taken(monkeypatch):
+    """:SidekickRunTools took c1, then taking c2 failed (its chat unloaded, an
+    RPC error): c1 must not stay taken for a batch that never runs, where
+    :SidekickRunTool and :SidekickDeny would say it "already runs" for ever."""
+    gated_tools(monkeypatch)
+    lines = ["USER: go", "", "ASSISTANT: Two.", ""]
+    lines += call("run_terminal_command", "c1", '{"command": "make a"}')
+    lines += call("run_terminal_command", "c2", '{"command": "make b"}')
+    runner, port, _ = runner_for(lines)
+    real = port.apply
+    applied = 0
+
+    async def apply(*args: Any, **kwargs: Any) -> bool:
+        nonlocal applied
+        applied += 1
+        if applied == 2:
+            raise RuntimeError("buffer unloaded")
+        return await real(*args, **kwargs)
+
+    port.apply = apply  # type: ignore[method-assign]
+    try:
+        await runner.chain.run_tools(BUF, "/")
+    except RuntimeError:
+        pass
+    chat = port.mirrors[BUF].chat()
+    assert runner.chain.marks.busy(BUF, chat.call_by_id("c1")) is None
+    await runner.chain.deny(BUF, chat.call_by_id("c1").start_row)

@@ -106,16 +106,24 @@ class CallChain:
             raise UserError("sidekick_tools: no pending tool call in the last assistant message")
         chosen: list[tuple[Tracked, ToolCall]] = []  # each call with its text as agreed to
         broken, busy = [], []
-        for call in pending:
-            if call.error and call.error.startswith(STRUCTURAL):
-                broken.append(call)  # no block can be told apart from another
-                continue
-            if self.marks.busy(buf, call):
-                busy.append(call)  # started or denied a moment ago: its result is coming
-                continue
-            tracked = await self.marks.prepare(buf, call)
-            if tracked is not None:
-                chosen.append((tracked, call))
+        try:
+            for call in pending:
+                if call.error and call.error.startswith(STRUCTURAL):
+                    broken.append(call)  # no block can be told apart from another
+                    continue
+                if self.marks.busy(buf, call):
+                    busy.append(call)  # started or denied a moment ago: its result is coming
+                    continue
+                tracked = await self.marks.prepare(buf, call)
+                if tracked is not None:
+                    chosen.append((tracked, call))
+        except BaseException:
+            # taking the next call failed (its chat unloaded): those taken are
+            # free again, not left taken for a batch that never runs
+            for tracked, _ in chosen:
+                if self.ctx.registry.live(tracked) is tracked:
+                    self.ctx.registry.forget(tracked)
+            raise
         if not chosen:
             if broken:
                 problem = broken[0].error
