@@ -9,9 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sidekick_tools.buffers import BufferMirror
 from sidekick_tools.tasks.model import Task, TaskStatus
+from sidekick_tools.tools.base import ToolResult
 
-from tests.unit.test_calls_send_queue import BUF, call, runner_for, settle
+from tests.unit.test_calls_send_queue import BUF, call, runner_for, running, settle, told
 
 CHAT = "chat.sidekick.md"
 
@@ -111,3 +113,28 @@ async def test_the_call_that_started_the_task_gets_its_result_on_open(tmp_path):
     text = "\n".join(port.mirrors[BUF].lines)
     assert "```result id=c1 status=completed" in text and "built" in text
     assert task.delivered
+
+
+async def test_a_send_waiting_when_its_chat_was_closed_does_not_go_when_it_is_reopened(tmp_path):
+    """:SidekickSend while c1 runs queues the send; the user then closes the
+    chat (:bdelete), so c1's result cannot be written. Reopening the chat later
+    writes c1's result (its task ran unseen): that must not send the chat by
+    itself, hours after the user walked away from it."""
+    lines = chat_with("make")
+    lines[-1] = "USER: and then?"
+    runner, port, sent = runner_for(lines)
+    tracked = await running(runner, "c1")
+    await runner.loop.send(BUF, "/")
+    await settle(runner)
+    assert runner.loop.sessions[BUF].send_queued
+    closed = port.mirrors.pop(BUF)  # unloaded
+    await runner.chain.deliver(tracked, ToolResult.ok("built"))
+    await settle(runner)
+    assert sent == [] and told(port, "the chat was closed; it was not sent")
+    task = ended(tmp_path, "aaa111", "make", "built\n")
+    runner.ctx.tasks = Tasks(task)
+    port.mirrors[BUF] = BufferMirror(BUF, CHAT, list(closed.lines), 1)  # :edit again
+    await runner.chat_opened(BUF)
+    await settle(runner)
+    assert "```result id=c1 status=completed" in "\n".join(port.mirrors[BUF].lines)
+    assert sent == []

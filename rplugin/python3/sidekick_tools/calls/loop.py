@@ -219,6 +219,17 @@ class ChatLoop:
         waited, then send again if the loop is armed (or a notice arrived and
         `send_on_notice`), unless the user is writing their own message."""
         mirror = await self.ctx.port.mirror(session.buf)
+        if mirror is None and not session.busy:
+            # The chat was closed: nothing goes by itself, neither now nor
+            # when it is opened again (a result written then, its task's that
+            # ran unseen, would send it, the user's last word long past).
+            if session.send_queued:
+                self.ctx.port.notify_user(
+                    "sidekick_tools: the chat was closed; it was not sent (:SidekickSend sends it)",
+                    "warn",
+                )
+            session.send_queued = session.armed = False
+            return
         if mirror is None or session.busy:
             return
         missing = mirror.chat().unanswered()
