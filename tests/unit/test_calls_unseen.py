@@ -138,3 +138,16 @@ async def test_a_send_waiting_when_its_chat_was_closed_does_not_go_when_it_is_re
     await settle(runner)
     assert "```result id=c1 status=completed" in "\n".join(port.mirrors[BUF].lines)
     assert sent == []
+
+
+async def test_a_result_lost_to_a_closed_chat_says_it_is_written_when_the_chat_is_opened():
+    """A call waited for (no running block) ends after its chat was closed: its
+    task's result is written when the chat is opened again, which is what the
+    user is told (as for a background call), not that it is lost."""
+    runner, port, _ = runner_for(chat_with("make"))
+    tracked = await running(runner, "c1")
+    port.mirrors.pop(BUF)  # unloaded
+    result = ToolResult(status="completed", body="built", fields={"exit": 0, "task": "aaa111"})
+    await runner.chain.deliver(tracked, result)
+    await settle(runner)
+    assert told(port, "not written: its chat is no longer loaded; it is written when you open")

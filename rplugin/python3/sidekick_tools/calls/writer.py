@@ -140,7 +140,11 @@ class ResultWriter:
             said = f"{what} runs on, but its state is not written: {why}; :SidekickTasks shows it"
         else:
             said = f"{what} ended {status}, not written: {why}"
-            if tracked.background and "loaded" in why:
+            # its task's result: a background block's (reattached), or one
+            # waited for, written as ran unseen (`CallChain.write_unseen`)
+            # (a halted task's is not: the call runs again)
+            waited = result is not None and bool(result.fields.get("task"))
+            if (tracked.background or waited and status != "cancelled") and "loaded" in why:
                 said += "; it is written when you open the chat again"
         self.ctx.port.notify_user(f"sidekick_tools: {said}{where}", "warn")
         log.info("%s: result not written (%s)", what, why)
