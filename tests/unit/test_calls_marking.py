@@ -132,13 +132,30 @@ def test_locate_finds_a_call_whose_id_a_reload_took_away_by_its_text():
     )
     chat = parse(lines)
     assert locate(chat, "call_0a0b0c", -1) is None  # by id alone: gone
-    found = locate(chat, "call_0a0b0c", -1, "run_terminal_command", make)
+    found = locate(chat, "call_0a0b0c", -1, "run_terminal_command", make, reloaded=True)
     assert found is not None and found.start_row == 4
-    assert locate(chat, "call_0a0b0c", -1, "read_files", make) is None
+    assert locate(chat, "call_0a0b0c", -1, "read_files", make, reloaded=True) is None
+    # not after a reload: a block without an id reading the same is another call
+    assert locate(chat, "call_0a0b0c", -1, "run_terminal_command", make) is None
     # two blocks read the same: the one on the call's row, else none
     twins = parse(lines[:8] + block("run_terminal_command", make))
-    assert locate(twins, "call_0a0b0c", 8, "run_terminal_command", make).start_row == 8
-    assert locate(twins, "call_0a0b0c", -1, "run_terminal_command", make) is None
+    assert locate(twins, "call_0a0b0c", 8, "run_terminal_command", make, True).start_row == 8
+    assert locate(twins, "call_0a0b0c", -1, "run_terminal_command", make, True) is None
+
+
+def test_locate_takes_a_block_with_the_id_for_the_call_only_if_it_asks_the_same():
+    from sidekick_tools.chat import parse
+    from sidekick_tools.chat.edits import locate
+
+    make = '{"command": "make"}'
+    lines = ["USER: go", "", "ASSISTANT: ok", ""]
+    chat = parse(lines + block("run_terminal_command", '{ "command" :  "make" }', "c1"))
+    found = locate(chat, "c1", -1, "run_terminal_command", make)  # respaced by a formatter
+    assert found is not None and found.start_row == 4
+    reused = parse(lines + block("run_terminal_command", '{"command": "ls"}', "c1"))
+    assert locate(reused, "c1", -1, "run_terminal_command", make) is None
+    assert locate(reused, "c1", -1, "read_files", '{"command": "ls"}') is None
+    assert locate(reused, "c1", 4, "run_terminal_command", make) is None  # even at its mark's row
 
 
 def test_the_scan_never_moves_a_calls_mark_onto_a_block_repeating_its_id():

@@ -313,3 +313,26 @@ async def test_run_tools_failing_while_it_takes_its_calls_leaves_none_taken(monk
     chat = port.mirrors[BUF].chat()
     assert runner.chain.marks.busy(BUF, chat.call_by_id("c1")) is None
     await runner.chain.deny(BUF, chat.call_by_id("c1").start_row)
+
+
+async def test_a_block_reusing_a_deleted_running_calls_id_gets_none_of_its_result():
+    """c1 runs `cat secrets.txt`; the user deletes its block; a later reply
+    writes another call with the id c1 (`ls`). The scan does not take the new
+    block for c1 (its mark stays off it, its state is its own), and c1's
+    output is not written into it: it is said not written."""
+    lines = ["USER: go", "", "ASSISTANT: Reading.", ""]
+    lines += call("run_terminal_command", "c1", '{"command": "cat secrets.txt"}')
+    runner, port, _ = runner_for([*lines, "USER: "])
+    tracked = await running(runner, "c1")
+    port.edit(4, 8, [])  # the block deleted (its mark with it)
+    end = len(port.mirrors[BUF].lines)
+    again = ["", "ASSISTANT: Again.", "", *call("run_terminal_command", "c1", '{"command": "ls"}')]
+    port.edit(end, end, again)
+    runner.scan.scan(BUF)
+    (scan,) = [e for e in port.events if e["type"] == "scan"]
+    assert scan["anchors"] == []  # c1's mark is not moved onto the new block
+    assert [i["state"] for i in scan["items"]] == ["pending"]
+    await runner.chain.deliver(tracked, ToolResult.ok("SECRET=hunter2"))
+    await settle(runner)
+    assert "hunter2" not in "\n".join(port.mirrors[BUF].lines)
+    assert told(port, "not written")

@@ -48,7 +48,7 @@ class Tracked:
         """Its block in `chat` (`row`: its mark's, -1 when gone; see `locate`).
         Only after a reload is a block without an id that reads as it taken for
         it: else such a block is another call."""
-        return locate(chat, self.call_id, row, self.tool, self.body if self.reloaded else None)
+        return locate(chat, self.call_id, row, self.tool, self.body, self.reloaded)
 
     @property
     def busy(self) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import tools
 from ..chat import ToolCall
+from ..chat.edits import asks_the_same
 from ..chat.states import names_task, scan_items, text_state
 from .registry import CallRegistry, Tracked
 
@@ -93,6 +94,11 @@ class DiagnosticScan:
             if tracked.done and text_state(call) != tracked.state:
                 # undone (or edited) since: the text says what it is
                 self.registry.forget(tracked)
+                del followed[tracked.call_id]
+                continue
+            if tracked.body is not None and not asks_the_same(call, tracked.tool, tracked.body):
+                # a block reusing its id (its own was deleted): another call,
+                # shown as its text says, and its mark stays off it
                 del followed[tracked.call_id]
                 continue
             anchors.append([tracked.mark, call.start_row])

@@ -52,27 +52,55 @@ def user_line_edit(chat: Chat, resolving: list[ToolCall], lines: list[str]) -> E
 
 
 def locate(
-    chat: Chat, call_id: str, row: int, tool: str = "", body: str | None = None
+    chat: Chat,
+    call_id: str,
+    row: int,
+    tool: str = "",
+    body: str | None = None,
+    reloaded: bool = False,
 ) -> ToolCall | None:
-    """The block of call `call_id`: the one at `row` (its extmark's row, -1 when
-    the mark is gone) if it has that id, else the first with that id. Saving,
-    reloading or reformatting a chat moves or drops extmarks but keeps the text.
+    """The block of call `call_id` (`tool`, its text `body` when it started)
+    that still asks for the same: the one at `row` (its extmark's row, -1 when
+    the mark is gone), else the first with that id (saving, reloading or
+    reformatting a chat moves or drops extmarks but keeps the text). A block
+    whose text asks for something else (edited while the call ran, or a later
+    block reusing the id after the call's was deleted) is not the call's: a
+    result written there would answer a question it was not asked.
 
     A hand-written call gets its id in the buffer when it runs; reloading the
-    file unsaved (`:e!`) takes the id away again. With the call's `tool` and
-    `body` given, a pending block without an id that reads the same is the
-    call then: the one at `row`, else the only one."""
+    file unsaved (`:e!`) takes the id away again. When `reloaded`, a pending
+    block without an id that reads the same is the call then: the one at
+    `row`, else the only one."""
+
+    def same(call: ToolCall) -> bool:
+        return body is None or asks_the_same(call, tool, body)
+
     call = chat.call_at(row) if row >= 0 else None
-    if call is not None and call.start_row == row and call.call_id == call_id:
+    if call is not None and call.start_row == row and call.call_id == call_id and same(call):
         return call
     found = chat.call_by_id(call_id)
-    if found is not None or body is None:
-        return found
+    if found is not None:
+        return found if same(found) else None
+    if body is None or not reloaded:
+        return None
     twins = [
         c for c in chat.calls if not c.call_id and c.pending and (c.tool, c.body) == (tool, body)
     ]
     at_row = [c for c in twins if c.start_row == row]
     return (at_row or twins)[0] if at_row or len(twins) == 1 else None
+
+
+def asks_the_same(call: ToolCall, tool: str, body: str) -> bool:
+    """Whether `call` is a call of `tool` whose text is `body`, or whose JSON
+    reads the same (a formatter may have changed its spacing)."""
+    if call.tool != tool:
+        return False
+    if call.body == body:
+        return True
+    try:
+        return call.params is not None and call.params == json.loads(body)
+    except (ValueError, RecursionError):
+        return False
 
 
 # Parameters that say where a call reads, writes or runs: a question about the
