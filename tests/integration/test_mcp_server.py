@@ -111,6 +111,27 @@ async def test_run_past_the_threshold_answers_a_token_and_reports_progress(env):
     assert final["status"] == "completed" and final["summary"] == "built"
 
 
+async def test_an_async_run_or_ask_with_a_progress_token_answers_at_once(env):
+    """A client that sends a progress token (the SDK does whenever a progress
+    callback is given) got no answer to an `async` run or ask until the task
+    ended: the task's start is reported while the call returns, and the
+    cancellation of that report was lost, so the reports went on every 5 s."""
+    state, work = env
+    marker = work / "release"
+    write_config(state, agents={"waiter": {"cmd": agent_cmd("wait", "--release", str(marker))}})
+    async with connect(server_params(state, work)) as session:
+        for tool, args in (
+            ("run", {"command": wait_cmd(marker), "async": True}),
+            ("ask", {"agent": "waiter", "message": "hi", "async": True}),
+        ):
+            text, is_error = await asyncio.wait_for(
+                call(session, tool, args, progress_callback=Progress()), timeout=4
+            )
+            data = head(text)
+            assert not is_error and data["status"] == "running", text
+        marker.touch()
+
+
 async def test_await_twice_across_its_cap(env):
     state, work = env
     write_config(state, tasks={"hybrid_threshold": 0.2}, mcp={"await_timeout": 0.5})

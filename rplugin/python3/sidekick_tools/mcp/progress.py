@@ -60,6 +60,7 @@ class ProgressReporter:
     _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _unsubscribe: Optional[Callable[[], None]] = field(default=None, init=False)
     _loop: Optional[asyncio.Task[None]] = field(default=None, init=False)
+    _closed: bool = field(default=False, init=False)
 
     def _mine(self, task: Any) -> bool:
         if self.token is not None:
@@ -77,10 +78,16 @@ class ProgressReporter:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        # The flag ends the loop even when the cancellation is lost: one delivered
+        # while a notification is being written can be absorbed by the SDK's
+        # transport (anyio), and the loop would then report forever, the call
+        # never answering (an `async` run answered only when its task ended).
+        self._closed = True
         if self._unsubscribe is not None:
             self._unsubscribe()
         if self._loop is not None:
             self._loop.cancel()
+            self._wake.set()
             try:
                 await self._loop
             except asyncio.CancelledError:
@@ -90,11 +97,13 @@ class ProgressReporter:
         try:
             if self.token is not None:
                 await self._send()  # where the awaited task stands now
-            while True:
+            while not self._closed:
                 try:
                     await asyncio.wait_for(self._wake.wait(), self.heartbeat)
                 except asyncio.TimeoutError:
                     pass
+                if self._closed:
+                    return
                 self._wake.clear()
                 await self._send()
         except asyncio.CancelledError:
