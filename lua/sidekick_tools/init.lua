@@ -207,6 +207,16 @@ function M.rerun(token)
       )
     )
   end
+  local origin = require("sidekick_tools.consumers.tasks_window.rows").origin(task)
+  if origin ~= "" then
+    return err(
+      string.format(
+        "sidekick_tools: task %s was started by the MCP client %s, not by a chat's tool call; it cannot be rerun",
+        token,
+        origin
+      )
+    )
+  end
   local chats = require("sidekick_tools.chats")
   local buf, load_err = chats.load(task.chat)
   if not buf then

@@ -252,3 +252,16 @@ def test_the_editor_follows_an_agents_task_live(editor, agent):
     # the end reaches the output view and the task list without an event
     wait_lines(editor, out_buf, lambda ls: any("completed" in x for x in ls[-3:]))
     wait_lines(editor, tasks_buf, lambda ls: any(token in x and x.startswith("✓") for x in ls))
+
+
+def test_rerun_of_an_agents_task_says_an_mcp_client_started_it(editor, agent):
+    """`r` in the tasks window on an MCP task said "chat mcp:pytest-agent no
+    longer exists" (its client's name was read as a chat file); the help says
+    such a task cannot be rerun, and `gd` says who started it."""
+    editor.setup()
+    text, _ = agent().call("run", {"command": "echo hi"})
+    token = head(text)["task"]
+    ok, msg = editor.lua(f"return {{ require('sidekick_tools').rerun('{token}') }}")
+    assert ok is None
+    assert "MCP client mcp:pytest-agent" in msg and "cannot be rerun" in msg
+    assert "no longer exists" not in msg
