@@ -72,10 +72,16 @@ function M.run(on_done)
         or "\n(talking to a model and the MCP server need Python 3.10 or later; this venv has "
           .. tostring(info.version)
           .. ")"
-      report(
-        true,
-        "sidekick_tools: installed; the host now runs with " .. host.venv_python() .. note
-      )
+      local python, source = host.find_python()
+      local runs = python == host.venv_python()
+          and ("the host now runs with " .. host.venv_python())
+        or string.format(
+          "the host keeps running with %s (%s); leave python out of setup() to use %s",
+          tostring(python),
+          source,
+          host.venv_python()
+        )
+      report(true, "sidekick_tools: installed; " .. runs .. note)
     end)
   end)
 end

@@ -477,3 +477,22 @@ def test_the_hosts_session_yields_by_tasks_nice(editor):
         assert f.read() == ours  # the editor's (the test's) session is untouched
     editor.setup(tasks={"nice": 12})
     wait_for(lambda: group_nice() == "12")
+
+
+def test_sidekick_install_does_not_claim_the_venv_when_python_is_configured(editor):
+    """With setup({ python = ... }) the host keeps that interpreter (the help:
+    "The host uses it from then on unless `python` is set"), but the message
+    said "the host now runs with <venv>". venv and pip are stubbed: only the
+    words are under test."""
+    editor.setup(python=sys.executable)
+    editor.lua(
+        "_G.__install = nil\n"
+        "vim.system = function(cmd, opts, cb) cb({ code = 0, stdout = '', stderr = '' }) end\n"
+        "require('sidekick_tools.mcp').probe = function() return { version = '3.11' } end\n"
+        "require('sidekick_tools.install').run(function(ok, msg) _G.__install = { ok, msg } end)"
+    )
+    ok, msg = wait_for(lambda: editor.lua("return _G.__install"))
+    venv = editor.lua("return require('sidekick_tools.host').venv_python()")
+    assert ok is True
+    assert f"the host now runs with {venv}" not in msg
+    assert f"keeps running with {sys.executable} (setup({{ python = ... }}))" in msg
