@@ -200,3 +200,26 @@ def test_a_chat_opened_in_a_second_neovim_gets_no_result_of_a_call_the_first_one
     gate.touch()
     a.wait_text("```result id=w1 status=completed")
     assert "```result" not in b.text()
+
+
+def test_a_running_block_opened_in_a_second_neovim_says_which_neovim_writes_it(editors):
+    """A runs w1 in the background and saves the chat (its running block in
+    the file); B opens the same file. B does not follow A's task as its own,
+    showing it ⟳ for ever and writing a second copy of its end: it says the
+    other Neovim runs it and writes its result, and leaves its buffer alone."""
+    a, b = editors(), editors()
+    gate = a.workdir / "gate"
+    for ed in (a, b):
+        ed.setup(tasks={"hybrid_threshold": 0.2})
+    a.open_chat(HEAD + call("w1", f"while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"))
+    a.run_tool(5)
+    a.wait_text("```result id=w1 status=running task=")
+    a.nvim.command("write")
+    b.lua("return require('sidekick_tools').list_tasks()")  # B's host is up
+    b.nvim.command(f"edit {a.workdir / 'chat.sidekick.md'}")
+    diag = b.wait_diag(4, "⟳", timeout=20)
+    assert "runs in another Neovim" in diag["message"], diag
+    gate.touch()
+    a.wait_text("```result id=w1 status=completed")
+    wait_for(lambda: a.diag_at(4) and a.diag_at(4)["message"].startswith("✓"))
+    assert "status=completed" not in b.text() and not b.lua("return vim.bo.modified")

@@ -45,6 +45,7 @@ class Tasks:
     def __init__(self, task: Task) -> None:
         self.task = task
         self.listeners: list[Any] = []
+        self.owner = task.owner  # this Neovim's, as the manager's own tasks are
 
     def subscribe(self, fn: Any) -> None:
         self.listeners.append(fn)

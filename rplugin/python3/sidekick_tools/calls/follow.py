@@ -19,6 +19,7 @@ from .. import tools
 from ..chat.render import notice_lines
 from ..chat.states import fields_detail, names_task
 from ..secrets_mask import mask
+from ..tasks.identity import owner_gone
 from ..tasks.model import TaskStatus, is_token
 from ..tools.base import ToolResult
 from .context import CallContext
@@ -181,6 +182,7 @@ class TaskFollower:
         ended is shown as such, its result not written again, so that the undo
         stands (reopening the chat writes it)."""
         unfollowed: dict[str, tuple[str, str]] = {}
+        gone: dict[str, bool] = {}  # each other owner looked at once
         for call in mirror.chat().calls:
             if not names_task(call) or self.ctx.registry.get(buf, call.call_id) is not None:
                 continue
@@ -197,6 +199,15 @@ class TaskFollower:
                 why = f"task {token} ended {task.status.value}; its result was undone"
                 unfollowed[call.call_id] = (task.status.value, why)
                 continue
+            if not task.terminal and task.owner != self.ctx.tasks.owner:
+                if not owner_gone(task.owner, gone):
+                    # the same chat open in the Neovim that runs it: that one
+                    # writes its result (here, reloading the file shows it)
+                    why = f"task {token} runs in another Neovim, which writes its result"
+                    unfollowed[call.call_id] = ("running", why)
+                    continue
+                await self.ctx.tasks.adopt_if_orphaned(task)  # its owner died: taken over here
+                task = self.ctx.tasks.get(token) or task
             tracked = await prepare(buf, call)
             if tracked is None:  # its block moved away meanwhile: the next look decides
                 unfollowed[call.call_id] = ("running", f"task {token}; not followed")
