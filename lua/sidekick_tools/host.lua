@@ -368,12 +368,14 @@ function M.shutdown()
   return reap_dead_host()
 end
 
---- Stop the host (tests and :SidekickRestart use it).
+--- Stop the host to start another (:SidekickInstall): its tasks go on, and the
+--- next host takes them over.
 function M.stop()
   if state.chan then
     local chan = state.chan
     state.chan = nil
     state.generation = state.generation + 1 -- its on_exit is expected, not reported
+    pcall(vim.rpcnotify, chan, "detach") -- before its stdin closes: it is read first
     pcall(vim.fn.jobstop, chan)
   end
 end

@@ -223,3 +223,23 @@ def test_a_running_block_opened_in_a_second_neovim_says_which_neovim_writes_it(e
     a.wait_text("```result id=w1 status=completed")
     wait_for(lambda: a.diag_at(4) and a.diag_at(4)["message"].startswith("✓"))
     assert "status=completed" not in b.text() and not b.lua("return vim.bo.modified")
+
+
+def test_a_host_replaced_by_sidekickinstall_leaves_its_tasks_to_the_next(editor):
+    """:SidekickInstall stops the host to start one with its new Python: the
+    tasks go on (whatever `kill_on_exit` says, which is for quitting Neovim)
+    and the next host follows them; the stop logs no failed shutdown."""
+    gate = editor.workdir / "gate"
+    editor.setup(tasks={"hybrid_threshold": 0.2})
+    editor.open_chat(HEAD + call("w1", f"while [ ! -e {gate} ]; do sleep 0.05; done; echo done"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=w1 status=running task=")
+    (task,) = editor.lua("return require('sidekick_tools').list_tasks()")
+    editor.lua("require('sidekick_tools.host').stop()")
+    wait_for(lambda: not editor.lua("return require('sidekick_tools.host').running()"), 10)
+    assert alive(task["pid"])
+    (again,) = editor.lua("return require('sidekick_tools').list_tasks()")  # the next host
+    assert (again["id"], again["status"]) == (task["id"], "running")
+    gate.touch()
+    editor.wait_text("```result id=w1 status=completed")
+    assert "shutdown failed" not in (editor.state_dir / "host.log").read_text()

@@ -58,3 +58,32 @@ def test_a_method_is_declared_once_and_named_for_the_wire():
         @rpc.request
         def ping(self):
             return "pong"
+
+
+def test_the_hosts_last_work_finishes_though_pynvim_stops_the_loop_meanwhile():
+    """At the host's exit `block_on` runs the loop itself; pynvim may stop it
+    again (SIGTERM, then the end of its stream): the work still completes,
+    and an error of the work itself still comes out."""
+    import asyncio
+
+    from sidekick_tools.nvim_port import NvimPort
+
+    loop = asyncio.new_event_loop()
+    try:
+        port = NvimPort(type("Nvim", (), {"loop": loop})())
+
+        async def work() -> int:
+            for _ in range(3):
+                loop.call_soon(loop.stop)  # stopped three times before it is done
+                await asyncio.sleep(0.01)
+            return 42
+
+        assert port.block_on(work()) == 42
+
+        async def broken() -> None:
+            raise RuntimeError("the work's own")
+
+        with pytest.raises(RuntimeError, match="the work's own"):
+            port.block_on(broken())
+    finally:
+        loop.close()

@@ -281,6 +281,14 @@ class Host:
         self.close()
         return True
 
+    @rpc.notification
+    def rpc_detach(self) -> Any:
+        """The host is being replaced (:SidekickInstall starts one with the new
+        Python): its tasks are left running for the next host, which takes
+        them over as after a crash, whatever `kill_on_exit` says."""
+        self._shut_down = True
+        return True
+
     @rpc.request
     def rpc_ping(self) -> Any:
         return "pong"

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 EVENTS_LUA = "require('sidekick_tools.bridge').on_events(...)"
 
 
+EXIT_RUNS = 10  # times the host's exit runs the loop for its last work, at most
+
+
 class NvimPort:
     def __init__(self, nvim: Any) -> None:
         self.nvim = nvim
@@ -72,6 +75,14 @@ class NvimPort:
             return fut.result()
         current = greenlet.getcurrent()
         if current.parent is None:  # not in a handler (the host's exit): run the loop
+            for _ in range(EXIT_RUNS - 1):
+                try:
+                    return self.loop.run_until_complete(fut)
+                except RuntimeError:
+                    if fut.done():
+                        raise  # the coroutine's own error
+                    # pynvim stopped the loop again (a signal, the end of its
+                    # stream) before the work was done: it goes on
             return self.loop.run_until_complete(fut)
         fut.add_done_callback(lambda _f: current.switch())
         current.parent.switch()
