@@ -186,3 +186,12 @@ async def test_a_result_the_writer_failed_on_leaves_its_call_free_and_is_said():
     assert await runner.writer.write(tracked, ToolResult.ok("out")) is False
     assert runner.chain.marks.busy(BUF, call) is None  # it can be run again
     assert any("not written: an internal error" in m for m in told)
+
+
+async def test_the_consent_question_lists_a_call_to_an_agent_not_configured_as_unable_to_run():
+    lines = ["USER: go", "", "ASSISTANT: Asking.", ""]
+    lines += ["```tool use_agent id=c0", '{"agent": "nosuch", "message": "fix it"}', "```", ""]
+    config = Config.from_dict({"agents": {"helper": {"cmd": ["true", "{message}"]}}})
+    runner = CallRunner(Port(lines), Tasks(), config)
+    (entry,) = await runner.chain.plan(BUF, "/")
+    assert entry["problem"] == 'Unknown agent "nosuch". Configured agents: helper.'

@@ -19,6 +19,7 @@ from typing import Any
 from ..chat import ToolCall
 from ..chat.edits import describe
 from ..tasks.identity import owner_gone
+from ..tools import setup_problem
 from ..tools.base import ToolResult
 from ..tools.policy import judge, judge_why, outside_note
 from .context import CallContext
@@ -209,7 +210,7 @@ class CallChain:
         for call in message.calls if message else []:
             if not call.pending:
                 continue
-            problem = call_problem(call)
+            problem = call_problem(call) or setup_problem(call.tool, call.params, self.ctx.config)
             ctx = self.executor.context(cwd, mirror.name, call.call_id or "")
             verdict, why = "ask", None
             if not problem:

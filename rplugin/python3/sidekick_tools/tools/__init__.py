@@ -73,6 +73,14 @@ def check_call(name: str, params: Any) -> str | None:
     return validate(tool.schema, params)
 
 
+def setup_problem(name: str, params: Any, config: Any) -> str | None:
+    """What in the user's setup keeps a well-formed call from running (an agent
+    that is not configured), for the consent question to list it as such; a
+    tool says so with ``setup_problem(params, config)`` on its TOOL."""
+    check = getattr(REGISTRY.get(name), "setup_problem", None)
+    return check(params, config) if check is not None and isinstance(params, dict) else None
+
+
 def result_from_task(tool_name: str, task: Any) -> ToolResult:
     """The final result of a call whose task ended in the background.
 
@@ -93,6 +101,7 @@ __all__ = [
     "check_call",
     "get_tool",
     "result_from_task",
+    "setup_problem",
     "specs",
     "validate",
 ]

@@ -54,6 +54,13 @@ class UseAgent:
         required=["agent", "message"],
     )
 
+    def setup_problem(self, params: dict[str, Any], config: Any) -> str | None:
+        """An agent the setup does not configure: the call can only fail."""
+        name = params.get("agent")
+        if isinstance(name, str) and name not in config.agents:
+            return unknown_agent(name, sorted(config.agents))
+        return None
+
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
         name = params.get("agent")
         agent = ctx.config.agents.get(name) if isinstance(name, str) else None
