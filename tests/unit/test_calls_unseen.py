@@ -5,6 +5,7 @@ the same file) nor one of another chat without a name."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,50 @@ async def test_a_result_lost_to_a_closed_chat_says_it_is_written_when_the_chat_i
     await runner.chain.deliver(tracked, result)
     await settle(runner)
     assert told(port, "not written: its chat is no longer loaded; it is written when you open")
+
+
+def agent_ended(tmp: Path, message: str, out: str, agent: str = "rev") -> Task:
+    """A use_agent task of call c1 (agent `agent` asked `message`) that ended
+    while no host followed it."""
+    from sidekick_tools.tools.use_agent import build_command, label_for
+
+    task = ended(tmp, "bbb222", "", out)
+    task.tool = "use_agent"
+    task.command = build_command(["rev-cli", "-p", "--", "{message}"], message)
+    task.label = label_for(agent, message)
+    return task
+
+
+def agent_chat(message: str, agent: str = "rev") -> list[str]:
+    body = json.dumps({"agent": agent, "message": message})
+    lines = ["USER: go", "", "ASSISTANT: Asking.", ""]
+    return [*lines, *call("use_agent", "c1", body), "USER: "]
+
+
+async def test_a_reused_id_asking_an_agent_more_than_its_label_shows_is_not_given_the_output(
+    tmp_path,
+):
+    """An agent's task keeps, besides its command, a label with the message's
+    first 80 characters: a later call reusing the id whose message differs
+    only past them asked something else, and must not get that answer."""
+    same_start = "Review the changes in src/sidekick/calls and report every problem you find in "
+    task = agent_ended(tmp_path, same_start + "the tests only.", "the old agent's answer\n")
+    runner, port, _ = runner_for(agent_chat(same_start + "the code, then delete the branch."))
+    runner.ctx.tasks = runner.chain.ctx.tasks = Tasks(task)
+    await runner.chat_opened(BUF)
+    await settle(runner)
+    text = "\n".join(port.mirrors[BUF].lines)
+    assert "the old agent's answer" not in text
+    assert "```result" not in text
+
+
+async def test_the_agent_call_that_started_the_task_gets_its_result_on_open(tmp_path):
+    message = "Review the changes in src/sidekick/calls and report every problem you find, please."
+    task = agent_ended(tmp_path, message, "[RESULT]\nall good\n")
+    runner, port, _ = runner_for(agent_chat(message))
+    runner.ctx.tasks = runner.chain.ctx.tasks = Tasks(task)
+    await runner.chat_opened(BUF)
+    await settle(runner)
+    text = "\n".join(port.mirrors[BUF].lines)
+    assert "```result id=c1" in text and "all good" in text
+    assert task.delivered

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ from ..chat import ToolCall
 from ..tasks.model import TaskStatus
 from ..tools.base import ToolContext, ToolResult
 from ..tools.policy import judge
-from ..tools.use_agent import label_for
+from ..tools.use_agent import LABEL_CHARS, build_command, label_for
 from .context import CallContext
 from .marking import CallMarks, Found
 from .registry import Tracked
@@ -24,11 +25,12 @@ from .scan import STRUCTURAL, call_problem
 log = logging.getLogger(__name__)
 
 
-def started_by(task: Any, call: ToolCall) -> bool:
+def started_by(task: Any, call: ToolCall, agents: Any = None) -> bool:
     """Whether `task` is what `call`, as it reads now, started: the store keeps
     only a call's chat and id, which a later call may share (a reply reusing
     an earlier call's id after that call's block was deleted), so the tool and
-    what it ran must match too: the command, or the agent and its message."""
+    what it ran must match too: the command, or the agent and its message.
+    (`agents`: the configured ones, by name.)"""
     params = call.params if isinstance(call.params, dict) else {}
     if task.tool != call.tool:
         return False
@@ -38,8 +40,32 @@ def started_by(task: Any, call: ToolCall) -> bool:
         agent, message = params.get("agent"), params.get("message")
         if not (isinstance(agent, str) and isinstance(message, str)):
             return False
-        return task.label == label_for(agent, message)
+        if task.label != label_for(agent, message):
+            return False
+        return asked(task.command, agent, message, agents)
     return True
+
+
+def asked(command: str, agent: str, message: str, agents: Any) -> bool:
+    """Whether an agent's task, run as `command` and labelled as `agent` asked
+    `message`, asked that very message: its label shows only the message's
+    first words, and two messages may start alike. The command holds it whole,
+    one argument of its own, or inside one as the agent's cmd puts it."""
+    try:
+        if message in shlex.split(command):
+            return True
+    except ValueError:
+        pass
+    configured = (agents or {}).get(agent)
+    if configured is not None and configured.cmd:
+        try:
+            if build_command(configured.cmd, message) == command:
+                return True
+        except ValueError:
+            pass
+    # The agent's cmd changed since (or it is gone): the label says it all
+    # only when it shows the whole message.
+    return len(" ".join(message.split())) <= LABEL_CHARS
 
 
 def denied(reason: str, by: str = "policy") -> ToolResult:
@@ -165,7 +191,7 @@ class CallExecutor:
             return None
         if task is None or task.delivered or task.status is TaskStatus.CANCELLED:
             return None
-        if not started_by(task, call):
+        if not started_by(task, call, self.ctx.config.agents):
             # Another call that had this id (a later reply reusing it, the chat
             # started over in the same file): its task is not this one's.
             return None
