@@ -199,3 +199,33 @@ async def test_the_agent_call_that_started_the_task_gets_its_result_on_open(tmp_
     text = "\n".join(port.mirrors[BUF].lines)
     assert "```result id=c1" in text and "all good" in text
     assert task.delivered
+
+
+async def test_a_reused_id_running_the_command_elsewhere_is_not_given_the_output(tmp_path):
+    """The same command in another directory (`ls` in /etc, not the project's)
+    is another question: the earlier task's listing is not its answer."""
+    task = ended(tmp_path, "aaa111", "ls", "the project's files\n")
+    task.cwd = str(tmp_path)
+    lines = ["USER: go", "", "ASSISTANT: Listing.", ""]
+    lines += call("run_terminal_command", "c1", '{"command": "ls", "cwd": "/etc"}')
+    runner, port, _ = runner_for([*lines, "USER: "])
+    runner.ctx.tasks = runner.chain.ctx.tasks = Tasks(task)
+    await runner.chat_opened(BUF)
+    await settle(runner)
+    text = "\n".join(port.mirrors[BUF].lines)
+    assert "the project's files" not in text
+    assert "```result" not in text
+
+
+async def test_the_call_naming_where_its_task_ran_gets_its_result_on_open(tmp_path):
+    (tmp_path / "sub").mkdir()
+    task = ended(tmp_path, "aaa111", "ls", "built\n")
+    task.cwd = str(tmp_path / "sub")
+    lines = ["USER: go", "", "ASSISTANT: Listing.", ""]
+    lines += call("run_terminal_command", "c1", '{"command": "ls", "cwd": "./sub/"}')
+    runner, port, _ = runner_for([*lines, "USER: "])
+    runner.ctx.tasks = runner.chain.ctx.tasks = Tasks(task)
+    await runner.chat_opened(BUF)
+    await settle(runner)
+    text = "\n".join(port.mirrors[BUF].lines)
+    assert "```result id=c1 status=completed" in text and "built" in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shlex
 import time
 from dataclasses import dataclass
@@ -35,7 +36,9 @@ def started_by(task: Any, call: ToolCall, agents: Any = None) -> bool:
     if task.tool != call.tool:
         return False
     if call.tool == "run_terminal_command":
-        return (task.call_command or task.command) == params.get("command")
+        if (task.call_command or task.command) != params.get("command"):
+            return False
+        return ran_in(task.cwd, params.get("cwd"))
     if call.tool == "use_agent":
         agent, message = params.get("agent"), params.get("message")
         if not (isinstance(agent, str) and isinstance(message, str)):
@@ -44,6 +47,20 @@ def started_by(task: Any, call: ToolCall, agents: Any = None) -> bool:
             return False
         return asked(task.command, agent, message, agents)
     return True
+
+
+def ran_in(task_cwd: str, cwd: Any) -> bool:
+    """Whether a task that ran in `task_cwd` may be one of a call naming `cwd`
+    (its parameter, relative to the chat's directory, which the store does
+    not keep): an absolute `cwd` must be it, a relative one must end it."""
+    if not isinstance(cwd, str) or not cwd or "\x00" in cwd or not task_cwd:
+        return True  # the chat's directory, or a call that fails anyway
+    path = os.path.normpath(os.path.expanduser(cwd))
+    if os.path.isabs(path):
+        return path == task_cwd
+    if path == os.curdir or path.split(os.sep)[0] == os.pardir:
+        return True  # the chat's directory decides: not known here
+    return task_cwd == path or task_cwd.endswith(os.sep + path)
 
 
 def asked(command: str, agent: str, message: str, agents: Any) -> bool:
