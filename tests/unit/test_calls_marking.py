@@ -233,3 +233,22 @@ def test_a_prepared_call_queued_in_a_batch_may_still_be_run_or_denied():
     assert tracked.busy
     tracked.done = True
     assert not tracked.busy
+
+
+def test_locate_reads_a_respaced_body_as_the_chat_reads_it():
+    """A body the chat decodes (a lone surrogate escape made U+FFFD, as every
+    body from outside) reads the same respaced; a value whose JSON type
+    changed (true for 1) asks something else, though Python finds them equal."""
+    from sidekick_tools.chat import parse
+    from sidekick_tools.chat.edits import locate
+
+    lines = ["USER: go", "", "ASSISTANT: ok", ""]
+    odd = '{"command": "printf \\ud800"}'
+    chat = parse(lines + block("run_terminal_command", '{ "command" : "printf \\ud800" }', "c1"))
+    found = locate(chat, "c1", -1, "run_terminal_command", odd)
+    assert found is not None and found.start_row == 4
+    typed = '{"command": "sleep 9", "async": 1}'
+    chat = parse(
+        lines + block("run_terminal_command", '{"command": "sleep 9", "async": true}', "c1")
+    )
+    assert locate(chat, "c1", -1, "run_terminal_command", typed) is None

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
+from ..text import loads_json
 from .parser import Chat, ToolCall
 from .render import is_notice
 
@@ -98,9 +100,23 @@ def asks_the_same(call: ToolCall, tool: str, body: str) -> bool:
     if call.body == body:
         return True
     try:
-        return call.params is not None and call.params == json.loads(body)
+        return call.params is not None and _same_json(call.params, loads_json(body))
     except (ValueError, RecursionError):
         return False
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON values equal as JSON: Python's == holds true equal to 1."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b))
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers):
+        return a == b  # 1 and 1.0: the same number
+    return type(a) is type(b) and a == b
 
 
 # Parameters that say where a call reads, writes or runs: a question about the
