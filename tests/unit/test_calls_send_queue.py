@@ -114,6 +114,13 @@ async def c1_runs_c2_pending() -> tuple[CallRunner, Port, list[Session], Any]:
     return runner, port, sent, await running(runner, "c1")
 
 
+def two_makes() -> list[str]:
+    """A reply with two calls, c1 `make a` and c2 `make b`."""
+    lines = ["USER: go", "", "ASSISTANT: Two.", ""]
+    lines += call("run_terminal_command", "c1", '{"command": "make a"}')
+    return lines + call("run_terminal_command", "c2", '{"command": "make b"}')
+
+
 def call(tool: str, call_id: str, body: str = '{"command": "make"}') -> list[str]:
     return [f"```tool {tool} id={call_id}", body, "```", ""]
 
@@ -211,9 +218,7 @@ async def test_a_send_during_a_batch_runs_the_calls_queued_in_it_first(monkeypat
     the user went on without it would be false); the chat goes once both
     have their results."""
     tool = gated_tools(monkeypatch)
-    lines = ["USER: go", "", "ASSISTANT: Two.", ""]
-    lines += call("run_terminal_command", "c1", '{"command": "make a"}')
-    lines += call("run_terminal_command", "c2", '{"command": "make b"}')
+    lines = two_makes()
     lines += ["USER: and then?"]
     runner, port, sent = runner_for(lines)
     await runner.chain.run_tools(BUF, "/")
@@ -263,9 +268,7 @@ async def test_a_batch_whose_chat_went_away_leaves_no_call_taken(monkeypatch):
     neither is left taken (:SidekickRunTool would say "already running" for
     ever) nor queued."""
     gated_tools(monkeypatch)
-    lines = ["USER: go", "", "ASSISTANT: Two.", ""]
-    lines += call("run_terminal_command", "c1", '{"command": "make a"}')
-    lines += call("run_terminal_command", "c2", '{"command": "make b"}')
+    lines = two_makes()
     runner, port, _ = runner_for(lines)
     real = port.mirror
     calls = 0
@@ -291,9 +294,7 @@ async def test_run_tools_failing_while_it_takes_its_calls_leaves_none_taken(monk
     RPC error): c1 must not stay taken for a batch that never runs, where
     :SidekickRunTool and :SidekickDeny would say it "already runs" for ever."""
     gated_tools(monkeypatch)
-    lines = ["USER: go", "", "ASSISTANT: Two.", ""]
-    lines += call("run_terminal_command", "c1", '{"command": "make a"}')
-    lines += call("run_terminal_command", "c2", '{"command": "make b"}')
+    lines = two_makes()
     runner, port, _ = runner_for(lines)
     real = port.apply
     applied = 0

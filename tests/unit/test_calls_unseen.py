@@ -79,17 +79,22 @@ def chat_with(command: str) -> list[str]:
     return lines + ["USER: "]
 
 
+async def opened_with(lines: list[str], task: Task) -> str:
+    """The chat's text once a host has seen it opened, `task` in its store."""
+    runner, port, _ = runner_for(lines)
+    runner.ctx.tasks = runner.chain.ctx.tasks = Tasks(task)
+    await runner.chat_opened(BUF)
+    await settle(runner)
+    return "\n".join(port.mirrors[BUF].lines)
+
+
 async def test_a_reused_id_does_not_get_the_earlier_calls_output_on_open(tmp_path):
     """c1 ran `cat secrets.txt`; its block was deleted while it ran (the chat
     started over in the same file), so its result was never written. A later
     reply's call reuses the id c1 for `ls`: opening the chat must not write
     the old command's output into it, as if `ls` had printed it."""
     task = ended(tmp_path, "aaa111", "cat secrets.txt", "the old command's output\n")
-    runner, port, _ = runner_for(chat_with("ls"))
-    runner.ctx.tasks = runner.chain.ctx.tasks = Tasks(task)
-    await runner.chat_opened(BUF)
-    await settle(runner)
-    text = "\n".join(port.mirrors[BUF].lines)
+    text = await opened_with(chat_with("ls"), task)
     assert "the old command's output" not in text
     assert "```result" not in text
 
@@ -180,11 +185,7 @@ async def test_a_reused_id_asking_an_agent_more_than_its_label_shows_is_not_give
     only past them asked something else, and must not get that answer."""
     same_start = "Review the changes in src/sidekick/calls and report every problem you find in "
     task = agent_ended(tmp_path, same_start + "the tests only.", "the old agent's answer\n")
-    runner, port, _ = runner_for(agent_chat(same_start + "the code, then delete the branch."))
-    runner.ctx.tasks = runner.chain.ctx.tasks = Tasks(task)
-    await runner.chat_opened(BUF)
-    await settle(runner)
-    text = "\n".join(port.mirrors[BUF].lines)
+    text = await opened_with(agent_chat(same_start + "the code, then delete the branch."), task)
     assert "the old agent's answer" not in text
     assert "```result" not in text
 
@@ -192,11 +193,7 @@ async def test_a_reused_id_asking_an_agent_more_than_its_label_shows_is_not_give
 async def test_the_agent_call_that_started_the_task_gets_its_result_on_open(tmp_path):
     message = "Review the changes in src/sidekick/calls and report every problem you find, please."
     task = agent_ended(tmp_path, message, "[RESULT]\nall good\n")
-    runner, port, _ = runner_for(agent_chat(message))
-    runner.ctx.tasks = runner.chain.ctx.tasks = Tasks(task)
-    await runner.chat_opened(BUF)
-    await settle(runner)
-    text = "\n".join(port.mirrors[BUF].lines)
+    text = await opened_with(agent_chat(message), task)
     assert "```result id=c1" in text and "all good" in text
     assert task.delivered
 
@@ -208,11 +205,7 @@ async def test_a_reused_id_running_the_command_elsewhere_is_not_given_the_output
     task.cwd = str(tmp_path)
     lines = ["USER: go", "", "ASSISTANT: Listing.", ""]
     lines += call("run_terminal_command", "c1", '{"command": "ls", "cwd": "/etc"}')
-    runner, port, _ = runner_for([*lines, "USER: "])
-    runner.ctx.tasks = runner.chain.ctx.tasks = Tasks(task)
-    await runner.chat_opened(BUF)
-    await settle(runner)
-    text = "\n".join(port.mirrors[BUF].lines)
+    text = await opened_with([*lines, "USER: "], task)
     assert "the project's files" not in text
     assert "```result" not in text
 
@@ -223,9 +216,5 @@ async def test_the_call_naming_where_its_task_ran_gets_its_result_on_open(tmp_pa
     task.cwd = str(tmp_path / "sub")
     lines = ["USER: go", "", "ASSISTANT: Listing.", ""]
     lines += call("run_terminal_command", "c1", '{"command": "ls", "cwd": "./sub/"}')
-    runner, port, _ = runner_for([*lines, "USER: "])
-    runner.ctx.tasks = runner.chain.ctx.tasks = Tasks(task)
-    await runner.chat_opened(BUF)
-    await settle(runner)
-    text = "\n".join(port.mirrors[BUF].lines)
+    text = await opened_with([*lines, "USER: "], task)
     assert "```result id=c1 status=completed" in text and "built" in text
