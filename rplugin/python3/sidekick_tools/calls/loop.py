@@ -74,7 +74,8 @@ class ChatLoop:
     async def send(self, buf: int, cwd: str) -> dict[str, Any]:
         """:SidekickSend: pending calls of the last reply are denied (the user
         replied instead, or went on without them), then the chat goes to the
-        model: one request."""
+        model: one request. Calls whose result is on its way (they run, or
+        wait their turn in a batch) are not denied: the send waits for them."""
         session = self.sessions.setdefault(buf, Session(buf, cwd))
         if session.busy:
             raise UserError(
