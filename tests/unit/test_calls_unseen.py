@@ -1,7 +1,7 @@
 """A pending call whose task ran unseen gets that task's result (on open, on
 send, when run): only a task this very call started, never one of an earlier
 call that had the same id (a later reply reusing it, the chat started over in
-the same file) nor one of another chat without a name."""
+the same file), nor, unasked, one in a buffer without a name."""
 
 from __future__ import annotations
 
@@ -79,9 +79,11 @@ def chat_with(command: str) -> list[str]:
     return lines + ["USER: "]
 
 
-async def opened_with(lines: list[str], task: Task) -> str:
-    """The chat's text once a host has seen it opened, `task` in its store."""
+async def opened_with(lines: list[str], task: Task, name: str = CHAT) -> str:
+    """The chat's text once a host has seen it opened, `task` in its store
+    (`name`: the chat's buffer name)."""
     runner, port, _ = runner_for(lines)
+    port.mirrors[BUF] = BufferMirror(BUF, name, lines, 1)
     runner.ctx.tasks = runner.chain.ctx.tasks = Tasks(task)
     await runner.chat_opened(BUF)
     await settle(runner)
@@ -218,3 +220,11 @@ async def test_the_call_naming_where_its_task_ran_gets_its_result_on_open(tmp_pa
     lines += call("run_terminal_command", "c1", '{"command": "ls", "cwd": "./sub/"}')
     text = await opened_with([*lines, "USER: "], task)
     assert "```result id=c1 status=completed" in text and "built" in text
+
+
+async def test_a_buffer_without_a_name_gets_no_result_unasked(tmp_path):
+    """Every chat buffer without a name is the chat "" in the store: a task of
+    another such buffer with the same call id and command cannot be told from
+    this one's, so a host seeing it writes nothing into it by itself."""
+    task = ended(tmp_path, "aaa111", "make", "another buffer's output\n", chat="")
+    assert "```result" not in await opened_with(chat_with("make"), task, name="")

@@ -142,10 +142,12 @@ class CallChain:
         running) get that task's result when their chat is opened: the call
         reads as never run otherwise, and running it again would run it twice.
         A task of another Neovim that still runs is that Neovim's to write
-        (the same chat open in both): opening it here writes nothing."""
+        (the same chat open in both): opening it here writes nothing. Nor is
+        anything written unasked into a buffer without a name, whose tasks
+        cannot be told from another such buffer's."""
         mirror = await self.marks.mirror(buf)
         pending = [c for c in mirror.chat().calls if c.result is None and c.call_id]
-        if not pending:
+        if not pending or not mirror.name:
             return
         # one look at the chat's tasks, not one per call (a chat may hold many)
         newest: dict[str, Any] = {}
