@@ -121,9 +121,7 @@ class CallChain:
         except BaseException:
             # taking the next call failed (its chat unloaded): those taken are
             # free again, not left taken for a batch that never runs
-            for tracked, _ in chosen:
-                if self.ctx.registry.live(tracked) is tracked:
-                    self.ctx.registry.forget(tracked)
+            self._release(buf, [t for t, _ in chosen])
             raise
         if not chosen:
             if broken:
@@ -156,11 +154,11 @@ class CallChain:
         gone: dict[str, bool] = {}  # each owner looked at once
         for call in pending:
             task = newest.get(call.call_id or "")
-            if task is None or task.delivered or call_problem(call):
+            if not self.executor.undelivered(task, call) or call_problem(call):
                 continue
             if task.owner != self.ctx.tasks.owner and not owner_gone(task.owner, gone):
                 continue  # the Neovim that runs it (the chat open there too) writes it
-            if self.marks.coming(buf, call) or not self.executor.ran_unseen(mirror.name, call):
+            if self.marks.coming(buf, call):
                 continue
             tracked = await self.marks.prepare(buf, call)
             if tracked is None:
@@ -329,21 +327,20 @@ class CallChain:
                 gate = None
                 if result is not None:
                     deliveries.append(asyncio.ensure_future(self.deliver(tracked, result)))
-        finally:
-            # the batch stopped early (its chat went away): none is left
-            # "queued", nor taken for a run that never comes
-            left = [
-                t
-                for t, _ in chosen
-                if id(t) not in started and self.ctx.registry.live(t) is t and not t.answering
-            ]
-            for tracked in left:
-                tracked.waiting = False
-                self.ctx.registry.forget(tracked)
-            if left:
-                self.dropped(buf)
+        finally:  # the batch stopped early (its chat went away)
+            self._release(buf, [t for t, _ in chosen if id(t) not in started])
         if deliveries:
             await asyncio.gather(*deliveries)
+
+    def _release(self, buf: int, taken: list[Tracked]) -> None:
+        """Calls a batch took but will not run: none is left "queued", nor taken
+        for a run that never comes (one the user denied meanwhile is theirs)."""
+        left = [t for t in taken if self.ctx.registry.live(t) is t and not t.answering]
+        for tracked in left:
+            tracked.waiting = False
+            self.ctx.registry.forget(tracked)
+        if left:
+            self.dropped(buf)
 
     async def _next_auto(
         self, previous: Tracked, cwd: str

@@ -188,17 +188,20 @@ class CallExecutor:
         result.fields.setdefault("task", earlier.id)
         return result
 
-    def ran_unseen(self, chat: str, call: ToolCall) -> bool:
-        """Whether the pending `call` started a task whose result never reached
-        the chat (see `earlier_result`)."""
-        return self._undelivered_task(chat, call) is not None
+    def undelivered(self, task: Any, call: ToolCall) -> bool:
+        """Whether `task`, found by `call`'s chat and id, is the task this pending
+        call started and its result was never written (a result the user
+        deleted was delivered: the call runs again). A task that was stopped
+        (halted, or by `kill_on_exit` when its Neovim quit with the chat
+        unsaved) did not do its work: running the call again is what the user
+        asks for. A task of another call that had this id (a later reply
+        reusing it, the chat started over in the same file) is not this one's."""
+        if task is None or task.delivered or task.status is TaskStatus.CANCELLED:
+            return False
+        return started_by(task, call, self.ctx.config.agents)
 
     def _undelivered_task(self, chat: str, call: ToolCall) -> Any:
-        """The task this pending call started before, if its result was never
-        written (a result the user deleted was delivered: the call runs again).
-        A task that was stopped (halted, or by `kill_on_exit` when its Neovim
-        quit with the chat unsaved) did not do its work: running the call
-        again is what the user asks for."""
+        """The task this pending call started before, if `undelivered`."""
         if call.result is not None or not call.call_id:
             return None
         try:
@@ -206,13 +209,7 @@ class CallExecutor:
         except Exception:  # an unreadable store must not stop the call
             log.warning("looking up earlier tasks of call %s failed", call.call_id, exc_info=True)
             return None
-        if task is None or task.delivered or task.status is TaskStatus.CANCELLED:
-            return None
-        if not started_by(task, call, self.ctx.config.agents):
-            # Another call that had this id (a later reply reusing it, the chat
-            # started over in the same file): its task is not this one's.
-            return None
-        return task
+        return task if self.undelivered(task, call) else None
 
     def context(self, cwd: str, chat: str, call_id: str) -> ToolContext:
         return ToolContext(
