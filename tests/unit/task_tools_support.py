@@ -82,3 +82,12 @@ def log_of(manager: TaskManager, token: str) -> str:
         return Path(path).read_text()
     except FileNotFoundError:
         return ""
+
+
+def mcp_output_lines(result: Any, task: Any, max_lines: int = 10) -> list[str]:
+    """The output lines an MCP client reads of a task call's `result` (what
+    follows the answer's head), cut to `max_lines`."""
+    from sidekick_tools.mcp import answers, face
+
+    got = answers.from_task_call(result, task, face.NAMES, max_lines, None)
+    return got.text.split(f"\n{answers.SEPARATOR}\n", 1)[1].split("\n")

@@ -20,6 +20,7 @@ from tests.unit.task_tools_support import (
     make_config,
     make_ctx,
     make_manager,
+    mcp_output_lines,
     shell_task,
 )
 
@@ -347,7 +348,6 @@ def test_a_summary_line_reading_stderr_stays_the_agents_answer_when_cut(tmp_path
     """A failed agent's summary ends with its stderr's tail under `[stderr]`;
     a `[stderr]` line the agent printed itself was taken for that label, and
     the answer after it was cut and shown as stderr."""
-    from sidekick_tools.mcp import answers, face
     from sidekick_tools.tasks.model import Task, TaskStatus
     from sidekick_tools.tasks.on_exit_summarize import combine_summary
 
@@ -361,8 +361,7 @@ def test_a_summary_line_reading_stderr_stays_the_agents_answer_when_cut(tmp_path
     task.summary = combine_summary(task.status, answer, "boom1\nboom2")
     res = ua.result_from_task(task)
     assert res.body == task.summary  # the body itself is unchanged
-    got = answers.from_task_call(res, task, face.NAMES, 10, None)
-    shown = got.text.split(f"\n{answers.SEPARATOR}\n", 1)[1].split("\n")
+    shown = mcp_output_lines(res, task)
     assert shown == [
         f"[... 23 earlier lines truncated; full output: {task.log_path}]",
         *(f"answer{i}" for i in range(24, 31)),

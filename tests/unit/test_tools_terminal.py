@@ -19,6 +19,8 @@ from sidekick_tools.tools import run_terminal_command as rtc
 from sidekick_tools.tools.base import ToolContext
 from sidekick_tools.tools.command_table import table_for
 
+from tests.unit.task_tools_support import mcp_output_lines
+
 DEFAULT_SAFE_COMMANDS = tuple(default("auto_accept.safe_commands"))
 
 TOOL = rtc.TOOL
@@ -770,14 +772,11 @@ def test_a_stdout_line_reading_stderr_stays_stdout_when_the_result_is_cut(tmp_pa
     """The streams of a cut result were told apart by the first `[stderr]` line,
     which the command's own stdout can print: stdout after it was cut and
     labelled as stderr, under a note naming the stderr log."""
-    from sidekick_tools.mcp import answers, face
-
     stdout = "\n".join(["out1", "[stderr]", *(f"out{i}" for i in range(3, 41))]) + "\n"
     task = _task(tmp_path, stdout.encode(), b"err1\nerr2\nerr3\n", status="failed", exit_code=1)
     res = rtc.result_from_task(task)
     assert res.body == stdout + "[stderr]\nerr1\nerr2\nerr3"  # the body itself is unchanged
-    got = answers.from_task_call(res, task, face.NAMES, 10, None)
-    shown = got.text.split(f"\n{answers.SEPARATOR}\n", 1)[1].split("\n")
+    shown = mcp_output_lines(res, task)
     assert shown == [
         f"[... 34 earlier lines truncated; full output: {task.log_path}]",
         *(f"out{i}" for i in range(35, 41)),
@@ -792,15 +791,12 @@ def test_output_imitating_the_tail_reads_note_is_counted_as_output(tmp_path):
     """A command printing a line like the tail read's note ("[... 999999
     earlier lines ...]") first does not make the cut note claim those lines;
     a log really read from its tail still adds up what the read left out."""
-    from sidekick_tools.mcp import answers, face
-
     forged = "[... 999999 earlier lines (5 bytes) not shown; full log: /elsewhere]"
     stdout = "\n".join([forged, *(f"out{i}" for i in range(1, 40))]) + "\n"
     task = _task(tmp_path, stdout.encode())
     res = rtc.result_from_task(task)
     assert res.streams is not None and not res.streams.out_cut
-    got = answers.from_task_call(res, task, face.NAMES, 10, None)
-    shown = got.text.split(f"\n{answers.SEPARATOR}\n", 1)[1].split("\n")
+    shown = mcp_output_lines(res, task)
     assert shown[0] == f"[... 30 earlier lines truncated; full output: {task.log_path}]"
     # the same lines behind a real tail read: its note is counted
     long = "".join(f"early{i}\n" for i in range(1000)) + stdout
@@ -808,6 +804,5 @@ def test_output_imitating_the_tail_reads_note_is_counted_as_output(tmp_path):
     task = _task(tmp_path / "long", long.encode())
     res = rtc.result_from_task(task, tail_bytes=len(stdout.encode()) + 3)
     assert res.streams is not None and res.streams.out_cut
-    got = answers.from_task_call(res, task, face.NAMES, 10, None)
-    shown = got.text.split(f"\n{answers.SEPARATOR}\n", 1)[1].split("\n")
+    shown = mcp_output_lines(res, task)
     assert shown[0] == f"[... 1030 earlier lines truncated; full output: {task.log_path}]"
