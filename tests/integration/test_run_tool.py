@@ -8,6 +8,7 @@ import re
 import pytest
 
 from tests.conftest import wait_for
+from tests.integration.ui_helpers import result_body
 
 pytestmark = pytest.mark.integration
 
@@ -246,10 +247,8 @@ def test_long_output_keeps_the_tail_and_names_the_log(editor):
     editor.setup(result={"max_lines": 5})
     editor.open_chat(chat(call_block("run_terminal_command", {"command": "seq 1 50"})))
     editor.run_tool(5)
-    text = editor.wait_text("```result id=call_01 status=completed exit=0")
-    lines = text.split("\n")
-    start = lines.index(next(x for x in lines if x.startswith("```result id=call_01")))
-    body = lines[start + 1 : lines.index("```", start + 1)]
+    editor.wait_text("```result id=call_01 status=completed exit=0")
+    body = result_body(editor, "call_01")
     assert body[-5:] == ["46", "47", "48", "49", "50"]
     assert "45" not in body
     note = body[0]
@@ -265,10 +264,8 @@ def test_a_long_outputs_note_counts_every_line_it_hides(editor):
     editor.setup()
     editor.open_chat(chat(call_block("run_terminal_command", {"command": "seq 1 300000"})))
     editor.run_tool(5)
-    text = editor.wait_text("```result id=call_01 status=completed exit=0")
-    lines = text.split("\n")
-    start = lines.index(next(x for x in lines if x.startswith("```result id=call_01")))
-    body = lines[start + 1 : lines.index("```", start + 1)]
+    editor.wait_text("```result id=call_01 status=completed exit=0")
+    body = result_body(editor, "call_01")
     assert re.fullmatch(
         r"\[\.\.\. 299800 earlier lines truncated; full output: /\S+/stdout\]", body[0]
     )

@@ -18,6 +18,7 @@ from tests.integration.ui_helpers import (
     chat,
     current_buf,
     gated,
+    result_body,
     row_of,
     start_background,
     wait_lines,
@@ -406,12 +407,6 @@ def test_this_neovims_tasks_every_neovims_and_the_chats_opened_after_a_restart(e
     assert editor.lines(buf)[0].startswith("Tasks · every Neovim · failed · 0 of 0")
     tasks = editor.lua("return require('sidekick_tools').list_tasks({ status = 'all' })")
     assert [t["id"] for t in tasks] == [token]
-
-
-def result_body(editor, call_id: str, buf: int = 0) -> list[str]:
-    lines = editor.lines(buf)
-    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"```result id={call_id} "))
-    return lines[start + 1 : lines.index("```", start + 1)]
 
 
 COUNTING = "echo run >> runs.txt; wc -l < runs.txt"

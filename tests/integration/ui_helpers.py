@@ -61,3 +61,10 @@ def row_of(lines: list[str], token: str) -> int:
         if token in line:
             return i
     raise AssertionError(f"{token} not in {lines}")
+
+
+def result_body(editor: Any, call_id: str, buf: int = 0) -> list[str]:
+    """The lines of call `call_id`'s result block, between its fences."""
+    lines = editor.lines(buf)
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"```result id={call_id} "))
+    return lines[start + 1 : lines.index("```", start + 1)]
