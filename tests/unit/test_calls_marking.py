@@ -58,9 +58,20 @@ def marks_for(port: Port) -> tuple[CallMarks, CallRegistry]:
 LONG = ["```result id=c1 status=completed", "1", "2", "3", "4", "```", ""]
 
 
-async def test_a_later_block_repeating_the_id_does_not_take_the_calls_place():
+def after_a_long_result() -> list[str]:
+    """A chat whose first call, c1, has a result of four lines: the calls
+    written after it move up when that result is cut (`shrink_the_long_result`)."""
     lines = ["USER: go", "", "ASSISTANT: ok", ""]
-    lines += block("run_terminal_command", '{"command": "seq 5"}', "c1") + LONG
+    return lines + block("run_terminal_command", '{"command": "seq 5"}', "c1") + LONG
+
+
+def shrink_the_long_result(port: Port) -> None:
+    """c1's result loses its four lines before the call chosen starts."""
+    port.shrink(LONG.index("1") + 8, 4)
+
+
+async def test_a_later_block_repeating_the_id_does_not_take_the_calls_place():
+    lines = after_a_long_result()
     lines += block("run_terminal_command", '{"command": "echo dup"}', "m7")
     lines += block("run_terminal_command", '{"command": "echo dup2"}', "m7")
     port = Port(lines)
@@ -68,7 +79,7 @@ async def test_a_later_block_repeating_the_id_does_not_take_the_calls_place():
     first, second = [c for c in port.mirrors[BUF].chat().calls if c.call_id == "m7"]
     assert second.error and second.error.startswith("Duplicate id")
     # before the call starts, four rows above it go: the duplicate is on its row now
-    port.shrink(LONG.index("1") + 8, 4)
+    shrink_the_long_result(port)
     assert port.mirrors[BUF].chat().call_at(first.start_row).start_row == first.start_row
     tracked = await marks.prepare(BUF, first)
     assert tracked is not None and registry.get(BUF, "m7") is tracked
@@ -79,14 +90,13 @@ async def test_a_later_block_repeating_the_id_does_not_take_the_calls_place():
 
 
 async def test_another_call_moved_onto_the_row_is_not_the_one_started():
-    lines = ["USER: go", "", "ASSISTANT: ok", ""]
-    lines += block("run_terminal_command", '{"command": "seq 5"}', "c1") + LONG
+    lines = after_a_long_result()
     lines += block("run_terminal_command", '{"command": "ls"}', "a1")
     lines += block("run_terminal_command", '{"command": "rm -rf build"}', "a2")
     port = Port(lines)
     marks, _ = marks_for(port)
     chosen = port.mirrors[BUF].chat().call_by_id("a1")
-    port.shrink(LONG.index("1") + 8, 4)
+    shrink_the_long_result(port)
     tracked = await marks.prepare(BUF, chosen)
     assert tracked is not None and tracked.call_id == "a1"
     ((_, row),) = port.anchors
@@ -94,14 +104,13 @@ async def test_another_call_moved_onto_the_row_is_not_the_one_started():
 
 
 async def test_a_call_without_an_id_is_found_by_its_text_or_not_started():
-    lines = ["USER: go", "", "ASSISTANT: ok", ""]
-    lines += block("run_terminal_command", '{"command": "seq 5"}', "c1") + LONG
+    lines = after_a_long_result()
     lines += block("run_terminal_command", '{"command": "make"}')
     lines += block("run_terminal_command", '{"command": "make install"}')
     port = Port(lines)
     marks, _ = marks_for(port)
     chosen = [c for c in port.mirrors[BUF].chat().calls if not c.call_id][0]
-    port.shrink(LONG.index("1") + 8, 4)
+    shrink_the_long_result(port)
     tracked = await marks.prepare(BUF, chosen)
     assert tracked is not None
     ((_, row),) = port.anchors
