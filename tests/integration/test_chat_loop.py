@@ -21,7 +21,7 @@ from tests.fake_provider import (
     thinking,
     tool_call,
 )
-from tests.integration.chat_helpers import mid_stream, send, use_fake, wait_replies
+from tests.integration.chat_helpers import edit_mid_stream, send, use_fake, wait_replies
 
 pytestmark = pytest.mark.integration
 
@@ -523,9 +523,7 @@ def test_a_formatter_rewriting_the_chat_mid_stream_loses_nothing(editor, fake, k
     editor.open_chat("\n".join(before) + "\n")
     send(editor)
     editor.wait_text("w12 ")
-    if not mid_stream(editor, f"vim.cmd({rewrite!r})"):
-        pytest.skip("the reply ended before the edit: this machine was too slow to test it")
-    wait_replies(editor, 1)
+    edit_mid_stream(editor, f"vim.cmd({rewrite!r})")
     lines = editor.lines()
     assert lines[: len(before)] == before
     reply_row = lines.index("ASSISTANT: w0 w1 w2 w3 w4 w5 w6 w7 w8 w9")
@@ -639,9 +637,7 @@ def test_an_undo_or_reload_during_a_stream_leaves_a_well_formed_chat(editor, fak
     editor.open_chat("USER: stream please\n")
     send(editor)
     editor.wait_text("Streaming slowly.")
-    if not mid_stream(editor, f"vim.cmd({how!r})"):
-        pytest.skip("the reply ended before the edit: this machine was too slow to test it")
-    wait_replies(editor, 1)
+    edit_mid_stream(editor, f"vim.cmd({how!r})")
     wait_for(lambda: editor.lines()[-1] == "USER: ")
     assert editor.lines() == [
         "USER: stream please",
@@ -674,9 +670,7 @@ def test_an_undo_during_a_stream_never_takes_an_earlier_reply_for_it(
     editor.open_chat("\n".join(before) + "\n")
     send(editor)
     editor.wait_text("w2 ")
-    if not mid_stream(editor, f"vim.cmd({how!r})"):
-        pytest.skip("the reply ended before the edit: this machine was too slow to test it")
-    wait_replies(editor, 1)
+    edit_mid_stream(editor, f"vim.cmd({how!r})")
     wait_for(lambda: editor.lines()[-1] == "USER: ")
     assert editor.lines() == [
         *before,
@@ -705,9 +699,7 @@ def test_a_role_line_quoted_in_the_reply_is_not_taken_for_it(editor, fake, kind)
         " vim.api.nvim_buf_set_lines(0, n - 1, n, false, {'USER: my next question'})"
         " vim.cmd('%!cat')"
     )
-    if not mid_stream(editor, typed_then_cat):
-        pytest.skip("the reply ended before the edit: this machine was too slow to test it")
-    wait_replies(editor, 1)
+    edit_mid_stream(editor, typed_then_cat)
     wait_for(lambda: "w11_7" in editor.text())
     lines = editor.lines()
     assert lines == [
@@ -796,9 +788,7 @@ def test_an_undo_during_a_reply_to_results_leaves_a_well_formed_chat(editor, fak
     editor.open_chat("USER: look\n")
     send(editor)
     editor.wait_text("Streaming slowly.")
-    if not mid_stream(editor, "vim.cmd('undo')", ended=1):
-        pytest.skip("the reply ended before the edit: this machine was too slow to test it")
-    wait_replies(editor, 2)
+    edit_mid_stream(editor, "vim.cmd('undo')", ended=1)
     wait_for(lambda: editor.lines()[-1] == "USER: ")
     lines = editor.lines()
     result = next(i for i, line in enumerate(lines) if line.startswith("```result id=c_ls"))
