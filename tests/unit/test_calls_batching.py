@@ -193,5 +193,5 @@ async def test_the_consent_question_lists_a_call_to_an_agent_not_configured_as_u
     lines += ["```tool use_agent id=c0", '{"agent": "nosuch", "message": "fix it"}', "```", ""]
     config = Config.from_dict({"agents": {"helper": {"cmd": ["true", "{message}"]}}})
     runner = CallRunner(Port(lines), Tasks(), config)
-    (entry,) = await runner.chain.plan(BUF, "/")
+    (entry,) = await runner.batch.plan(BUF, "/")
     assert entry["problem"] == 'Unknown agent "nosuch". Configured agents: helper.'

@@ -221,7 +221,7 @@ async def test_a_send_during_a_batch_runs_the_calls_queued_in_it_first(monkeypat
     lines = two_makes()
     lines += ["USER: and then?"]
     runner, port, sent = runner_for(lines)
-    await runner.chain.run_tools(BUF, "/")
+    await runner.batch.run_tools(BUF, "/")
     for _ in range(100):
         await asyncio.sleep(0)
         if tool.started:
@@ -281,7 +281,7 @@ async def test_a_batch_whose_chat_went_away_leaves_no_call_taken(monkeypatch):
         return await real(buf)
 
     port.mirror = mirror  # type: ignore[method-assign]
-    await runner.chain.run_tools(BUF, "/")
+    await runner.batch.run_tools(BUF, "/")
     await asyncio.gather(*runner.chain._bg, return_exceptions=True)
     chat = (await real(BUF)).chat()
     for call_id in ("c1", "c2"):
@@ -308,7 +308,7 @@ async def test_run_tools_failing_while_it_takes_its_calls_leaves_none_taken(monk
 
     port.apply = apply  # type: ignore[method-assign]
     try:
-        await runner.chain.run_tools(BUF, "/")
+        await runner.batch.run_tools(BUF, "/")
     except RuntimeError:
         pass
     chat = port.mirrors[BUF].chat()

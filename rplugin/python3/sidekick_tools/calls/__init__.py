@@ -3,11 +3,14 @@
     context.py   what the parts share: the editor, the registry, the tasks, the settings
     registry.py  the calls this host follows, and their states
     chain.py     what the user runs, and the chain of auto-acceptable calls after it
+    batch.py     the calls the user agreed to at once (:SidekickRunTools), and its plan
+    unseen.py    a result that never reached its chat, written when the chat is opened
     writer.py    results and notices written into buffers, batched, never lost in silence
     follow.py    tasks' events: states while they run, final blocks and notices when they end
     marking.py   a call's id and extmark, and its block found again by them
     scan.py      the state of every call as the text says it, for diagnostics
     loop.py      the chat loop: send, stream the reply in, run its calls, send again
+    unanswered.py  on a send, the last reply's calls that have no result
     reply_stream.py  one reply streamed into its chat's region, frame by frame
 
 `CallRunner` wires them for the host and is what host.py calls.
@@ -20,6 +23,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..config import Config
+from . import unseen
+from .batch import CallBatch
 from .chain import CallChain, UserError
 from .context import CallContext
 from .follow import TaskFollower
@@ -38,6 +43,7 @@ class CallRunner:
         self.writer = ResultWriter(self.ctx)
         self.follower = TaskFollower(self.ctx, self.writer)
         self.chain = CallChain(self.ctx, self.writer, self.follower)
+        self.batch = CallBatch(self.chain)
         self.scan = DiagnosticScan(port, self.registry)
         self.loop = ChatLoop(self.ctx, self.writer, self.chain)
         self.follower.hold = self.loop.notice
@@ -79,13 +85,13 @@ class CallRunner:
     async def run_tools(
         self, buf: int, cwd: str, gate: Any = None, ids: Iterable[str] | None = None
     ) -> dict[str, Any]:
-        return await self.chain.run_tools(buf, cwd, gate, ids)
+        return await self.batch.run_tools(buf, cwd, gate, ids)
 
     async def run_call(self, buf: int, call_id: str, cwd: str) -> dict[str, Any]:
         return await self.chain.run_call(buf, call_id, cwd)
 
     async def plan(self, buf: int, cwd: str) -> list[dict[str, Any]]:
-        return await self.chain.plan(buf, cwd)
+        return await self.batch.plan(buf, cwd)
 
     async def deny(self, buf: int, row: int, reason: str = "") -> dict[str, Any]:
         return await self.chain.deny(buf, row, reason)
@@ -107,7 +113,7 @@ class CallRunner:
                 buf, mirror, self.chain.marks.prepare, write_ended
             )
             if write_ended:
-                await self.chain.write_unseen(buf)
+                await unseen.write_unseen(self.chain, buf)
         finally:
             self._reattaching.discard(buf)
         self.scan.schedule(buf, delay=0)

@@ -23,8 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..chat.parser import Chat
-from ..tools.base import ToolResult
+from . import unanswered
 from .chain import CallChain, UserError
 from .context import CallContext
 from .writer import ResultWriter, log_failure
@@ -95,8 +94,8 @@ class ChatLoop:
             session.armed = True
             session.halted = False
             session.send_queued = False
-            await self._deny_pending(buf)
-            running = await self._running_calls(buf)
+            await unanswered.deny_pending(self.chain, buf)
+            running = await unanswered.running_calls(self.chain, buf)
         except BaseException:
             session.sending = False
             raise
@@ -119,17 +118,6 @@ class ChatLoop:
         # The editor waits for this answer: the request is built and sent after it
         self._spawn(self._send_or_say(session))
         return answer
-
-    async def _running_calls(self, buf: int) -> list[str]:
-        """The ids of the last reply's calls that have no result yet because it
-        is on its way (`CallMarks.coming`: they run, or wait their turn in a
-        batch the user agreed to), when every call without a result is such a
-        one; else none (sending then says what is missing)."""
-        mirror = await self.chain.marks.mirror(buf)
-        calls = mirror.chat().unanswered()
-        if calls and all(self.chain.marks.coming(buf, c) for c in calls):
-            return [c.call_id or "" for c in calls]
-        return []
 
     async def _send_or_say(self, session: Session) -> None:
         """A send the user asked for, after its answer: a problem is said."""
@@ -263,7 +251,7 @@ class ChatLoop:
         mirror = await self.ctx.port.mirror(session.buf)
         if session.busy:  # the user sent meanwhile: that send is the one request
             return
-        if mirror is None or _user_typing(mirror.chat(), mirror.lines):
+        if mirror is None or unanswered.user_typing(mirror.chat(), mirror.lines):
             if want and session.armed:
                 self.ctx.port.notify_user(
                     "sidekick_tools: results are in; your message goes with them on :SidekickSend",
@@ -297,33 +285,6 @@ class ChatLoop:
         return any(done)
 
     # -- sending -----------------------------------------------------------------------
-    async def _deny_pending(self, buf: int) -> None:
-        """The last reply's pending calls get a denied result, saying whether the
-        user replied or sent with nothing typed (the model reads which); one
-        whose task ran unseen (its result never reached the chat) gets that
-        task's result; those whose result is on its way are left to it."""
-        mirror = await self.chain.marks.mirror(buf)
-        calls = mirror.chat().unanswered()
-        if _user_typing(mirror.chat(), mirror.lines):
-            why = "Not run: the user replied instead."
-        else:
-            why = "Not run: the user went on without running it."
-        waits = []
-        for call in calls:
-            if self.chain.marks.coming(buf, call):
-                continue  # it runs, is queued to, or was denied a moment ago: its result comes
-            tracked = await self.chain.marks.prepare(buf, call)
-            if tracked is None:
-                continue
-            earlier = self.chain.executor.earlier_result(tracked, mirror.name, call)
-            if earlier is not None:  # it ran before (its result was never written): not denied
-                waits.append(self.chain.deliver(tracked, earlier))
-                continue
-            result = ToolResult(status="denied", body=why, fields={"reason": "user"})
-            waits.append(self.chain.answer(tracked, result))
-        if waits:
-            await asyncio.gather(*waits)
-
     async def _send(self, session: Session) -> dict[str, Any]:
         from . import outbound
 
@@ -410,14 +371,3 @@ class ChatLoop:
         self._bg.add(fut)
         fut.add_done_callback(self._bg.discard)
         fut.add_done_callback(log_failure)
-
-
-def _user_typing(chat: Chat, lines: list[str]) -> bool:
-    """The chat ends with a USER: message that has text in it (not a notice)."""
-    from ..chat.render import is_notice
-
-    last = chat.messages[-1] if chat.messages else None
-    if last is None or last.role != "USER" or is_notice(lines[last.start_row]):
-        return False
-    text = "\n".join(lines[last.start_row : last.end_row + 1])
-    return bool(text.removeprefix("USER:").strip())

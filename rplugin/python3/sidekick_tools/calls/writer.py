@@ -141,7 +141,7 @@ class ResultWriter:
         else:
             said = f"{what} ended {status}, not written: {why}"
             # its task's result: a background block's (reattached), or one
-            # waited for, written as ran unseen (`CallChain.write_unseen`)
+            # waited for, written as ran unseen (`unseen.write_unseen`)
             # (a halted task's is not: the call runs again)
             waited = result is not None and bool(result.fields.get("task"))
             if (tracked.background or waited and status != "cancelled") and "loaded" in why:
