@@ -344,6 +344,16 @@ async def test_task_tools_run_by_themselves_only_on_this_chats_tasks(tmp_path, m
     assert decide("halt_task", {"task": own.id}, theirs) == "ask"
 
 
+async def test_list_tasks_asks_in_a_chat_without_a_name(tmp_path, manager):
+    """Every buffer without a name is the chat "" in the store: what it would
+    list is every such buffer's tasks, of any Neovim sharing the state dir,
+    not this chat's. It lists them only when the user runs it."""
+    unnamed = make_ctx(tmp_path, manager, make_config(), chat="")
+    await shell_task(manager, "echo another unnamed buffer's", unnamed.cwd, chat="")
+    assert decide("list_tasks", {}, unnamed) == "ask"
+    assert tools.get_tool("list_tasks").auto_accept({}, unnamed) is False
+
+
 def test_a_summary_line_reading_stderr_stays_the_agents_answer_when_cut(tmp_path):
     """A failed agent's summary ends with its stderr's tail under `[stderr]`;
     a `[stderr]` line the agent printed itself was taken for that label, and

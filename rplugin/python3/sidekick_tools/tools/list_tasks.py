@@ -69,7 +69,9 @@ class ListTasks:
     )
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
-        return True
+        # a chat without a name shares the name "" with every other such buffer
+        # (any Neovim's): their tasks are listed only when the user runs it
+        return bool(ctx.chat)
 
     async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
         err = validate(self.schema, params)
