@@ -9,7 +9,6 @@ local url = vim.env.SIDEKICK_DEMO_URL
 require("sidekick_tools").setup({
   python = vim.env.SIDEKICK_PYTHON,
   state_dir = vim.env.SIDEKICK_STATE_DIR,
-  tasks = { hybrid_threshold = 3 },
   -- Only the scripted model: no provider here can reach the network, and none
   -- has a key.
   chat = {
