@@ -43,20 +43,19 @@ def test_headless_demo_walks_the_chat_loop_against_the_scripted_model() -> None:
         assert line in rows, f"{line!r} not in the chat:\n{chat}"
         return rows.index(line)
 
+    def starting(prefix: str) -> int:
+        found = [i for i, r in enumerate(rows) if r.startswith(prefix)]
+        assert found, f"no line starts with {prefix!r} in the chat:\n{chat}"
+        return found[0]
+
     first = at("ASSISTANT: I'll look around the project first.")
     ls = at("```tool list_directory id=toolu_demo_ls")
-    ls_result = next(
-        i for i, r in enumerate(rows) if r.startswith("```result id=toolu_demo_ls status=completed")
-    )
+    ls_result = starting("```result id=toolu_demo_ls status=completed")
     read = at("```tool read_files id=toolu_demo_read")
-    second = next(i for i, r in enumerate(rows) if r.startswith("ASSISTANT: There is one script"))
+    second = starting("ASSISTANT: There is one script")
     run = at("```tool run_terminal_command id=toolu_demo_run")
-    run_result = next(
-        i
-        for i, r in enumerate(rows)
-        if r.startswith("```result id=toolu_demo_run status=completed exit=0 ")
-    )
-    final = next(i for i, r in enumerate(rows) if r.startswith("ASSISTANT: It runs."))
+    run_result = starting("```result id=toolu_demo_run status=completed exit=0 ")
+    final = starting("ASSISTANT: It runs.")
     assert first < ls < ls_result < read < second < run < run_result < final
     assert rows[ls_result + 1 : ls_result + 3] == ["demo.sidekick.md", "hello.py"]
     assert '    print(f"hello #{i + 1}")' in rows[read:second]
