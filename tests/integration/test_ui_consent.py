@@ -347,3 +347,20 @@ def test_the_question_says_where_a_write_really_goes(editor):
     editor.nvim.input("c")
     wait_for(lambda: [n for n in editor.notifications() if "nothing was run" in n])
     assert not (outside / ".bashrc").exists()
+
+
+def test_the_question_shows_the_whole_command_and_its_line_breaks(editor):
+    """A model padded a command with an innocent start: the question showed its
+    first 120 characters, newlines drawn as spaces, and hid what the shell runs
+    after them."""
+    editor.setup()
+    screen = Screen(editor)
+    start = "python -m pytest -q " + " ".join(f"tests/unit/test_part_{i}.py" for i in range(8))
+    command = start + " --tb=short\ntouch pwned.txt"
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": command}, "long")))
+    editor.nvim.input(":SidekickRunTools\r")
+    dialog = screen.dialog(1)
+    assert "--tb=short ⏎ touch pwned.txt" in dialog
+    editor.nvim.input("c")
+    wait_for(lambda: [n for n in editor.notifications() if "nothing was run" in n])
+    assert not (editor.workdir / "pwned.txt").exists()

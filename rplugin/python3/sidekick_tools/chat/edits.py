@@ -124,14 +124,17 @@ def _same_json(a: Any, b: Any) -> bool:
 _WHERE = ("path", "paths", "cwd")
 
 
-_ASCII_SPACE = re.compile(r"[ \t\r\n]+")
+_LINE_BREAK = re.compile(r"[ \t]*\n[ \t\n]*")
+_BLANKS = re.compile(r"[ \t]+")
 
 
 def visible(text: str) -> str:
     """`text` on one line, as a person must read it to judge it: runs of plain
-    spaces, tabs and newlines become one space; any other space or invisible
-    character shows as its code (`ls<U+00A0>-la` is not `ls -la`)."""
-    text = _ASCII_SPACE.sub(" ", text).strip()
+    spaces and tabs become one space, a line break shows as ⏎ (the shell starts
+    another command there: it must not read as a space between arguments); any
+    other space or invisible character, \r included, shows as its code
+    (`ls<U+00A0>-la` is not `ls -la`)."""
+    text = _BLANKS.sub(" ", _LINE_BREAK.sub(" ⏎ ", text.strip(" \t\n"))).strip(" ")
     return "".join(
         c if c == " " or (c.isprintable() and not c.isspace()) else f"<U+{ord(c):04X}>"
         for c in text
@@ -139,12 +142,13 @@ def visible(text: str) -> str:
 
 
 def describe(call: ToolCall, limit: int = 120) -> str:
-    """One line naming what a call would do: a command, an agent's message, or
-    its parameters, cut to `limit`; then, never cut, where it acts (its path,
-    paths or cwd)."""
+    """One line naming what a call would do: a command (whole: what the shell
+    runs after a cut would go unseen), an agent's message or its parameters
+    (cut to `limit`); then, never cut, where it acts (its path, paths or cwd)."""
     params = call.params or {}
     rest = {k: v for k, v in params.items() if k not in _WHERE}
     if call.tool == "run_terminal_command" and isinstance(params.get("command"), str):
+        limit = 0  # no cut
         text = params["command"]
     elif call.tool == "use_agent":
         text = f"{params.get('agent')}: {params.get('message')}"
@@ -157,8 +161,9 @@ def describe(call: ToolCall, limit: int = 120) -> str:
         f"{key}={json.dumps(params[key], ensure_ascii=False)}" for key in _WHERE if key in params
     )
     where = visible(where)
+    room = max(20, limit - len(where) - 3) if where else limit
+    if limit and len(text) > room:
+        text = text[: room - 1] + "…"
     if not where:
-        return text if len(text) <= limit else text[: limit - 1] + "…"
-    room = max(20, limit - len(where) - 3)
-    text = text if len(text) <= room else text[: room - 1] + "…"
+        return text
     return f"{text} ({where})" if text else where
