@@ -277,3 +277,29 @@ def test_colour_codes_out_of_range_are_ignored_and_every_line_shown(editor):
     lines = wait_lines(editor, current_buf(editor), lambda ls: "after" in ls)
     assert lines[:4] == ["before", "hello", "there", "after"]
     assert editor.notifications() == []
+
+
+def test_a_flood_of_short_lines_keeps_the_view_and_the_editor_bounded(editor):
+    """The view kept every line a task printed, and read what was left when it
+    ended in one go: 60 MB of "y" lines grew the editor to 5.8 GB and held it for
+    a minute. It keeps the last lines (the logs keep all) and reads on over the
+    turns of the loop."""
+    editor.setup()
+    marker = editor.workdir / "release"
+    (editor.workdir / "flood.py").write_text(
+        "import sys\nfor _ in range(3):\n    sys.stdout.write('y\\n' * 100000)\n"
+    )
+    flood = "python3 flood.py"
+    token = start_background(editor, gated(marker, before=flood, after=f"{flood}; echo last"))
+    pid = editor.nvim.eval("getpid()")
+    editor.nvim.command(f"SidekickOutput {token}")
+    buf = current_buf(editor)
+    marker.write_text("")
+    answers(lambda: editor.nvim.eval("1"), unblock=lambda: os.kill(pid, signal.SIGKILL))
+    tail = "return vim.api.nvim_buf_get_lines(..., -3, -1, false)"
+    end = wait_for(lambda: (t := editor.lua(tail, buf))[-1].startswith(f"[task {token} ") and t)
+    assert end[0] == "last" and end[1].startswith(f"[task {token} completed")
+    count = editor.lua("return vim.api.nvim_buf_line_count(...)", buf)
+    assert count <= 100_000 + 2  # the lines kept, the note and the end line
+    first = editor.lua("return vim.api.nvim_buf_get_lines(..., 0, 1, false)[1]", buf)
+    assert first.startswith("[… ") and "earlier lines not shown" in first

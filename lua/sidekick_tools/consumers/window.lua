@@ -20,6 +20,7 @@ function M.scratch(name, filetype)
   vim.bo[buf].buftype = "nofile"
   vim.bo[buf].bufhidden = "wipe"
   vim.bo[buf].swapfile = false
+  vim.bo[buf].undolevels = -1 -- redrawn by the plugin: no history of every redraw
   pcall(vim.api.nvim_buf_set_name, buf, name)
   vim.bo[buf].filetype = filetype
   vim.bo[buf].modifiable = false

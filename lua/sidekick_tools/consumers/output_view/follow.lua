@@ -9,6 +9,11 @@ local M = {}
 local uv = vim.uv or vim.loop
 
 local CHUNK = 1024 * 1024 -- bytes read per stream per wake-up
+-- lines taken per stream per wake-up: a flood of short lines is shown over
+-- several turns of the loop, so the editor answers in between
+M.LINES = 20000
+-- a line longer than this (no newline yet) is shown in pieces of this size
+M.MAX_LINE = 1024 * 1024
 local DEBOUNCE = 50 -- ms between a write and the read it triggers
 local POLL = 1000 -- ms, fallback when the watcher misses writes
 
@@ -49,6 +54,18 @@ local function read_from(path, offset, max)
   return data, size
 end
 
+--- `data` up to and including its `n`-th newline (all of it when it has fewer).
+local function through_line(data, n)
+  local pos = 0
+  for _ = 1, n do
+    pos = data:find("\n", pos + 1, true)
+    if not pos then
+      return data
+    end
+  end
+  return data:sub(1, pos)
+end
+
 --- The lines each stream gained since the last read: { text, stream, spans },
 --- stream being the index in `streams`. `final`: the task ended, so a last line
 --- without a newline is complete too. `more`: more is waiting than one read takes.
@@ -60,10 +77,15 @@ function M.read(streams, final)
     if s.path then
       local data, size = read_from(s.path, s.offset, CHUNK)
       if data and #data > 0 then
+        data = through_line(data, M.LINES)
         s.offset = s.offset + #data
         more = more or s.offset < size
         local parts = vim.split(s.partial .. data, "\n", { plain = true })
         s.partial = table.remove(parts)
+        if #s.partial >= M.MAX_LINE then
+          table.insert(parts, s.partial)
+          s.partial = ""
+        end
         for _, raw in ipairs(parts) do
           if s.skip_first then
             s.skip_first = false

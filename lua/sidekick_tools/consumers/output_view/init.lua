@@ -13,6 +13,14 @@ local ns = vim.api.nvim_create_namespace("sidekick_tools_output")
 
 local STDERR = 2 -- index of the stderr stream
 
+-- The view keeps the last lines of a task's output, not all of it: a task that
+-- prints millions of lines must not grow the editor by gigabytes. Past either
+-- bound the oldest lines go (down to KEEP of it at once, so a flood redraws the
+-- view once per many lines); the logs on disk keep everything.
+M.MAX_LINES = 100000
+M.MAX_BYTES = 32 * 1024 * 1024
+local KEEP = 0.8
+
 ---@class sidekick_tools.OutputView
 ---@field buf integer
 ---@field token string
@@ -23,6 +31,9 @@ local STDERR = 2 -- index of the stderr stream
 ---@field filter string|nil
 ---@field rx any vim.regex of the filter
 ---@field ended string|nil the end line, once the task ended
+---@field ending boolean|nil the task ended: what is left of its logs is being read
+---@field bytes integer text bytes of `lines`
+---@field dropped integer lines dropped from the start to keep the view bounded
 ---@field note string|nil first line when the start of the logs is not shown
 ---@field watch sidekick_tools.Watch|nil
 ---@field unsubscribe fun()|nil
@@ -207,11 +218,40 @@ end
 
 -- following -------------------------------------------------------------------------
 
+--- Drop the oldest lines when the view holds more than its bounds; true when
+--- it did (the buffer is then to be redrawn).
+local function trim(v)
+  if #v.lines <= M.MAX_LINES and v.bytes <= M.MAX_BYTES then
+    return false
+  end
+  local drop, bytes = 0, v.bytes
+  while drop < #v.lines and (#v.lines - drop > M.MAX_LINES * KEEP or bytes > M.MAX_BYTES * KEEP) do
+    drop = drop + 1
+    bytes = bytes - #v.lines[drop].text
+  end
+  v.lines = vim.list_slice(v.lines, drop + 1)
+  v.bytes, v.dropped = bytes, v.dropped + drop
+  v.note = string.format(
+    "[… %d earlier lines not shown (the view keeps the last %d); full logs in %s]",
+    v.dropped,
+    M.MAX_LINES,
+    v.task.log_dir or "the task's log folder"
+  )
+  return true
+end
+
 --- Read what the logs gained and show it. Returns true when more is waiting.
 local function read_new(v, final)
   local new, more = follow.read(v.streams, final)
   vim.list_extend(v.lines, new)
-  if valid(v) then
+  for _, line in ipairs(new) do
+    v.bytes = v.bytes + #line.text
+  end
+  if trim(v) then
+    if valid(v) then
+      redraw(v)
+    end
+  elseif valid(v) then
     append(v, new)
   end
   return more
@@ -231,7 +271,7 @@ end
 --- Read until caught up (a wake-up reads at most a chunk per stream; the rest
 --- follows on the next turn of the loop, so the editor never stalls).
 local function pump(v)
-  if not valid(v) or v.ended then
+  if not valid(v) or v.ended or v.ending then
     return
   end
   if read_new(v, false) then
@@ -241,16 +281,8 @@ local function pump(v)
   end
 end
 
---- The task ended: read to the end, then say how it ended.
-local function finish(v, task)
-  if v.ended or not valid(v) then
-    return
-  end
-  v.task = task
-  stop_watching(v)
-  while read_new(v, false) do
-  end
-  read_new(v, true)
+--- Say how the task ended, below its last line.
+local function show_end(v, task)
   v.ended = format.end_line(task)
   local wins = followers(v)
   set_lines(v, v.shown, -1, { v.ended })
@@ -259,10 +291,33 @@ local function finish(v, task)
   scroll(v, wins)
 end
 
+--- The task ended: read what is left of its logs, a chunk per turn of the
+--- loop (a flood the view fell behind on must not hold the editor), then say
+--- how it ended.
+local function finish(v, task)
+  if v.ended or v.ending or not valid(v) then
+    return
+  end
+  v.task, v.ending = task, true
+  stop_watching(v)
+  local function drain()
+    if not valid(v) then
+      return
+    end
+    if read_new(v, false) then
+      vim.schedule(drain)
+      return
+    end
+    read_new(v, true)
+    show_end(v, task)
+  end
+  drain()
+end
+
 --- The exit file appeared but no event said so (a task of another Neovim, or a
 --- host that restarted): ask once how it ended.
 local function check_exit(v)
-  if not valid(v) or v.ended or not v.task.log_dir then
+  if not valid(v) or v.ended or v.ending or not v.task.log_dir then
     return
   end
   local uv = vim.uv or vim.loop
@@ -408,6 +463,8 @@ function M.open(opts)
     },
     lines = {},
     shown = 0,
+    bytes = 0,
+    dropped = 0,
   }
   local skipped = 0
   for _, s in ipairs(v.streams) do
@@ -435,8 +492,7 @@ function M.open(opts)
   if constants.terminal[task.status] then
     finish(v, task)
   else
-    while read_new(v, false) do
-    end
+    pump(v) -- what is there now; a flood goes on over the next turns of the loop
     watch(v)
     check_exit(v) -- it may have ended between the question and the watcher
   end
