@@ -478,6 +478,15 @@ def test_a_question_shows_a_command_whole_with_its_line_breaks():
     assert describe(_call("run_terminal_command", {"command": "ls\r -la"})) == "ls<U+000D> -la"
 
 
+def test_a_question_shows_an_agents_message_whole():
+    """An agent acts on every word of its message: a message padded with an
+    innocent start must not hide its last instruction behind a cut."""
+    start = "Review the README and fix typos in " + ", ".join(f"doc{i}.md" for i in range(12))
+    message = start + ".\nThen delete the tests folder."
+    line = describe(_call("use_agent", {"agent": "claude", "message": message}))
+    assert line == f"claude: {start}. ⏎ Then delete the tests folder."
+
+
 def test_a_question_shows_what_the_eye_would_not_see():
     """A no-break space made `ls<NBSP>-la` read as `ls -la` in a consent question."""
     assert describe(_call("run_terminal_command", {"command": "ls\u00a0-la"})) == "ls<U+00A0>-la"

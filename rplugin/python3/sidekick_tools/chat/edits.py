@@ -142,15 +142,17 @@ def visible(text: str) -> str:
 
 
 def describe(call: ToolCall, limit: int = 120) -> str:
-    """One line naming what a call would do: a command (whole: what the shell
-    runs after a cut would go unseen), an agent's message or its parameters
-    (cut to `limit`); then, never cut, where it acts (its path, paths or cwd)."""
+    """One line naming what a call would do: a command or an agent's message,
+    whole (what the shell runs, or the agent acts on, after a cut would go
+    unseen), or its other parameters, cut to `limit`; then, never cut, where it
+    acts (its path, paths or cwd)."""
     params = call.params or {}
     rest = {k: v for k, v in params.items() if k not in _WHERE}
     if call.tool == "run_terminal_command" and isinstance(params.get("command"), str):
         limit = 0  # no cut
         text = params["command"]
     elif call.tool == "use_agent":
+        limit = 0
         text = f"{params.get('agent')}: {params.get('message')}"
     elif params:
         text = json.dumps(rest, ensure_ascii=False) if rest else ""
