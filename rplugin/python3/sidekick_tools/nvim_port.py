@@ -39,6 +39,10 @@ class NvimPort:
         # buffers between nvim_buf_attach and their snapshot: events seen meanwhile
         self._attaching: dict[int, list[list[Any]]] = {}
         self._detached: set[int] = set()  # detached while attaching: attached again
+        # the one attach under way per buffer: whoever asks for its mirror
+        # meanwhile waits for it (two attaches would share `_attaching`, and
+        # the later snapshot would miss the events the earlier one took)
+        self._looking: dict[int, asyncio.Future[BufferMirror | None]] = {}
         self._watching: set[asyncio.Future[Any]] = set()
         self.on_buffer_change: Any = None  # callback(buf, first, last) set by the host
 
@@ -119,20 +123,32 @@ class NvimPort:
         mirror = self.mirrors.get(buf)
         if mirror is not None and mirror.tick is not None:
             return mirror
+        looking = self._looking.get(buf)
+        if looking is None:
+            looking = asyncio.ensure_future(self._look(buf))
+            self._looking[buf] = looking
+            looking.add_done_callback(lambda f: self._looked(buf, f))
+        return await asyncio.shield(looking)
+
+    def _looked(self, buf: int, fut: asyncio.Future[Any]) -> None:
+        if self._looking.get(buf) is fut:
+            del self._looking[buf]
+
+    async def _look(self, buf: int) -> BufferMirror | None:
+        """Attach to `buf` (unless its mirror is attached and only lost its tick)
+        and make its mirror from a snapshot and the events sent meanwhile."""
+        attached = buf in self.mirrors
         for _ in range(3):
-            if mirror is None:
-                self._attaching[buf] = []
-                self._detached.discard(buf)
-                if not await self.call("nvim_buf_attach", buf, False, {}):
-                    self._attaching.pop(buf, None)
-                    return None
-            else:
-                self._attaching[buf] = []
+            self._attaching[buf] = []
+            self._detached.discard(buf)
+            if not attached and not await self.call("nvim_buf_attach", buf, False, {}):
+                self._attaching.pop(buf, None)
+                return None
             snap = await self.lua("return require('sidekick_tools.bridge').snapshot(...)", buf)
             early = self._attaching.pop(buf, [])
             if buf not in self._detached:
                 break
-            mirror = None  # detached before the snapshot came: attach again
+            attached = False  # detached before the snapshot came: attach again
         else:
             return None
         if not snap:
