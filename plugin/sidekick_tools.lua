@@ -46,6 +46,22 @@ vim.api.nvim_create_autocmd("BufWinEnter", {
   end,
 })
 
+-- A buffer saved under another name (:saveas, :file): the tasks its calls
+-- started belong to the chat of the new name (a running host only: one that
+-- starts later reads the name when it first looks at the buffer).
+vim.api.nvim_create_autocmd("BufFilePost", {
+  group = group,
+  callback = function(ev)
+    if package.loaded["sidekick_tools.host"] then
+      require("sidekick_tools.host").notify(
+        "chat_renamed",
+        ev.buf,
+        vim.api.nvim_buf_get_name(ev.buf)
+      )
+    end
+  end,
+})
+
 vim.api.nvim_create_autocmd("VimLeavePre", {
   group = group,
   callback = function()

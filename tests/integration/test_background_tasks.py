@@ -94,6 +94,8 @@ def test_halt_kills_a_tree_that_ignores_sigterm(editor):
     res = editor.lua("return require('sidekick_tools').halt(...)", task["id"])
     # the editor is answered at once; the stubborn tree is killed after the grace
     assert res["status"] in ("halting", "cancelled")
+    # said as the plugin's other messages are, with its name first
+    assert res["message"].startswith(f"sidekick_tools: halting task {task['id']}: SIGTERM sent")
     wait_for(lambda: task_of(editor, "h")["status"] == "cancelled")
     wait_for(lambda: live_members(pgid) == [])
     out = editor.wait_text("```result id=h status=cancelled")
@@ -406,3 +408,64 @@ def test_a_call_whose_task_was_stopped_at_quit_runs_again_when_asked(editors):
     second.run_tool(5)
     out = second.wait_text("```result id=r0 status=completed exit=0")
     assert "ran-again" in out and f"task={stopped}" not in out
+
+
+def test_a_chat_saved_under_another_name_keeps_its_running_task(editors):
+    """`:saveas other.sidekick.md` while a task ran: the task still named the
+    old file, so the chat, closed and opened again under its new name, showed
+    "task T is not this call's; not followed" and never got the result the
+    closing message promised. A call run after the rename named the old file
+    too. Its tasks now go with it, in the store, across a restart."""
+    first = editors()
+    first.setup(tasks={"kill_on_exit": False, "hybrid_threshold": 0.2})
+    marker = first.workdir / "release"
+    first.open_chat(HEAD + call("r", wait_cmd(marker, "echo renamed-ok")), name="old.sidekick.md")
+    first.run_tool(5)
+    first.wait_text("```result id=r status=running task=")
+    new = first.workdir / "new.sidekick.md"
+    first.nvim.command(f"saveas {new}")
+    # a call run after the rename is the new chat's
+    first.lua(
+        "vim.api.nvim_buf_set_lines(0, -1, -1, false, vim.split(..., '\\n'))",
+        "USER: more\n\nASSISTANT: Again.\n\n" + call("s", "echo after"),
+    )
+    row = next(i for i, line in enumerate(first.lines()) if "id=s" in line)
+    first.run_tool(row + 1)
+    first.wait_text("```result id=s status=completed exit=0")
+    first.nvim.command("write")
+    chats = {
+        t["call_id"]: t["chat"] for t in first.lua("return require('sidekick_tools').list_tasks()")
+    }
+    assert chats == {"r": str(new), "s": str(new)}
+    quit_nvim(first)
+    # a new Neovim opens the chat by its new name: its running block is followed
+    second = editors()
+    second.setup()
+    second.nvim.command(f"edit {new}")
+    marker.write_text("")
+    out = second.wait_text("```result id=r status=completed exit=0")
+    assert "renamed-ok" in out
+    assert not any("not this call's" in d["message"] for d in second.diagnostics())
+
+
+def test_a_chat_saved_under_another_name_gets_its_result_when_reopened(editor):
+    """The same within one Neovim: :saveas, :bdelete, the task ends, :edit."""
+    editor.setup(tasks={"hybrid_threshold": 0.2})
+    marker = editor.workdir / "release"
+    editor.open_chat(HEAD + call("r", wait_cmd(marker, "echo reopened-ok")), name="a.sidekick.md")
+    editor.run_tool(5)
+    editor.wait_text("```result id=r status=running task=")
+    new = editor.workdir / "b.sidekick.md"
+    editor.nvim.command(f"saveas {new}")
+    editor.nvim.command("bdelete")
+    token = task_of(editor, "r")["id"]
+    marker.write_text("")
+    wait_for(
+        lambda: (
+            editor.lua("return require('sidekick_tools').get_task(...)", token)["status"]
+            == "completed"
+        )
+    )
+    editor.nvim.command(f"edit {new}")
+    out = editor.wait_text("```result id=r status=completed exit=0")
+    assert "reopened-ok" in out

@@ -838,3 +838,28 @@ async def test_a_database_locked_by_another_program_holds_no_task_back(tasks_sta
     reader.close()
     assert landed.status is S.COMPLETED and landed.summary == "hi" and landed.exit_code == 0
     await m.shutdown(kill=True)
+
+
+async def test_a_chat_saved_under_another_name_takes_its_tasks_along(
+    tasks_manager: TaskManager, tmp_path
+):
+    """rename_chat: every task naming the old chat, running or ended, names the
+    new one, in the store and in the running task's own events; an unnamed
+    chat ("") moves only the tasks it is given, since every unnamed buffer's
+    tasks name ""; another chat's tasks stay."""
+    m = tasks_manager
+    done = await m.wait((await m.submit(spec("true", chat="/c/old.md", call_id="a"))).id, 10)
+    running = await m.submit(spec("sleep 30", chat="/c/old.md", call_id="b"))
+    other = await m.submit(spec("true", chat="/c/other.md", call_id="a"))
+    unnamed = [await m.submit(spec("true", chat="", call_id=f"u{i}")) for i in range(2)]
+    events: list[TaskEvent] = []
+    m.subscribe(events.append)
+    assert m.rename_chat("/c/old.md", "/c/new.md") == 2
+    assert {t.id for t in m.list(chats=["/c/new.md"], limit=None)} == {done.id, running.id}
+    assert m.get(other.id).chat == "/c/other.md"
+    assert m.rename_chat("", "/c/named.md", [unnamed[0].id]) == 1
+    assert [m.get(t.id).chat for t in unnamed] == ["/c/named.md", ""]
+    await m.halt(running.id)
+    ended = [e.task for e in events if e.task.id == running.id and e.kind == "finished"]
+    assert ended and ended[-1].chat == "/c/new.md"
+    assert m.store.get(running.id).chat == "/c/new.md"

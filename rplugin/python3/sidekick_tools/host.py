@@ -223,6 +223,13 @@ class Host:
         self.port.block_on(self.calls.chat_opened(int(buf)))
         return True
 
+    @rpc.notification
+    def rpc_chat_renamed(self, buf: int, name: str) -> Any:
+        """A buffer was given another file name (`:saveas`, `:file`): the tasks
+        of its calls are this chat's under the new name."""
+        self.calls.renamed(int(buf), str(name))
+        return True
+
     @rpc.request
     def rpc_halt(self, token: str | None, buf: int | None = None, row: int | None = None) -> Any:
         if not token:

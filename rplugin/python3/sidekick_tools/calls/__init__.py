@@ -118,6 +118,20 @@ class CallRunner:
             self._reattaching.discard(buf)
         self.scan.schedule(buf, delay=0)
 
+    def renamed(self, buf: int, name: str) -> None:
+        """Buffer `buf` is now file `name` (`:saveas`): its followed calls, and the
+        tasks its chat started, go with it. A task names the chat it was started
+        from, and a reopened chat follows only its own tasks: without this, a
+        running block of a chat saved under a new name was "not this call's"
+        once the chat was closed and opened again, and its result never came."""
+        mirror = self.port.mirrors.get(buf)
+        if mirror is None or not name or mirror.name == name:
+            return
+        old, mirror.name = mirror.name, name
+        tokens = self.registry.rename(buf, name)
+        self.ctx.tasks.rename_chat(old, name, tokens)
+        self.scan.schedule(buf, delay=0)
+
     def _reattach_soon(self, buf: int) -> None:
         """A running block came back into a chat (an undo of its final result, a
         paste): follow it as when the chat is opened, but leave an ended task's

@@ -83,6 +83,19 @@ class CallRegistry:
         self._by_call[(chat, call_id)] = tracked
         return tracked
 
+    def rename(self, buf: int, chat: str) -> list[str]:
+        """The calls of `buf` belong to chat `chat` from now on (the buffer was
+        saved under another name); the tokens of their tasks."""
+        tokens = []
+        for tracked in self.in_buffer(buf).values():
+            if self._by_call.get((tracked.chat, tracked.call_id)) is tracked:
+                del self._by_call[(tracked.chat, tracked.call_id)]
+            tracked.chat = chat
+            self._by_call[(chat, tracked.call_id)] = tracked
+            if tracked.token:
+                tokens.append(tracked.token)
+        return tokens
+
     def new_mark(self) -> int:
         """A fresh extmark id (a reply's region takes one too)."""
         return next(self._marks)
