@@ -245,7 +245,11 @@ class Host:
             raise UserError(f"sidekick_tools: no task {token} (unknown or expired)")
         status = task.status.value
         if status in TERMINAL:
-            return {"id": token, "status": status, "message": f"Task {token} already {status}"}
+            return {
+                "id": token,
+                "status": status,
+                "message": f"sidekick_tools: task {token} already {status}",
+            }
         # The editor waits for this answer: never for the whole kill. A task that
         # dies on SIGTERM is answered as ended; a stubborn one is reported as
         # halting, and its end arrives through events (diagnostic, result block).
@@ -258,11 +262,11 @@ class Host:
             return {
                 "id": token,
                 "status": "halting",
-                "message": f"Halting task {token}: SIGTERM sent; SIGKILL in {grace:g}s "
-                "if it is still running",
+                "message": f"sidekick_tools: halting task {token}: SIGTERM sent; SIGKILL in "
+                f"{grace:g}s if it is still running",
             }
         status = task.status.value
-        return {"id": token, "status": status, "message": f"Task {token} {status}"}
+        return {"id": token, "status": status, "message": f"sidekick_tools: task {token} {status}"}
 
     @rpc.request
     def rpc_list_tasks(self, opts: dict[str, Any] | None = None) -> Any:
