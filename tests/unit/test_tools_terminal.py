@@ -806,3 +806,31 @@ def test_output_imitating_the_tail_reads_note_is_counted_as_output(tmp_path):
     assert res.streams is not None and res.streams.out_cut
     shown = mcp_output_lines(res, task)
     assert shown[0] == f"[... 1030 earlier lines truncated; full output: {task.log_path}]"
+
+
+@pytest.mark.parametrize(
+    "status, reason, error, note",
+    [
+        # halted by hand: nothing more to say
+        ("cancelled", "cancelled", None, "[cancelled]"),
+        # halted by the plugin: who and why (a reopened chat read only "[cancelled]")
+        (
+            "cancelled",
+            "cancelled",
+            "halted because Neovim exited",
+            "[cancelled: halted because Neovim exited]",
+        ),
+        (
+            "failed",
+            "log_limit",
+            "its output passed tasks.max_log_bytes (100 bytes): stopped",
+            "[its output passed tasks.max_log_bytes (100 bytes): stopped]",
+        ),
+        ("failed", "timeout", "timed out after 5s", "[timed out; the process group was killed]"),
+        ("failed", "exit", "exit 1", None),
+    ],
+)
+def test_the_end_note_says_why_the_plugin_stopped_a_task(tmp_path, status, reason, error, note):
+    task = _task(tmp_path, b"partial\n", status=status, exit_code=143, reason=reason, error=error)
+    body = rtc.result_from_task(task).body
+    assert body == (f"partial\n{note}" if note else "partial")
