@@ -577,11 +577,26 @@ local function problem(opt, value)
       return '"' .. v .. '"'
     end, opt.one_of)
     return string.format(
-      "%s must be %s or %s",
+      "option %s must be %s or %s, got %s",
       path,
       table.concat(quoted, ", ", 1, #quoted - 1),
-      quoted[#quoted]
+      quoted[#quoted],
+      vim.inspect(value)
     )
+  end
+  if types == KEYS and type(value) == "table" then
+    -- a list of keys: each a string (a number or a table maps nothing)
+    local keys = vim.islist(value)
+    for _, key in ipairs(keys and value or {}) do
+      keys = keys and type(key) == "string" and key ~= ""
+    end
+    if not keys then
+      return string.format(
+        'option %s must be a key, a list of keys such as { "x", "<C-x>" }, or false, got %s',
+        path,
+        vim.inspect(value)
+      )
+    end
   end
   return opt.check and opt.check(value)
 end
@@ -667,6 +682,61 @@ function M.resolve(user)
     end
   end
   return merged, problems
+end
+
+--- The provider kinds the host speaks: its modules in llm/providers/ (read
+--- here, not through the host module, whose loading means a host to stop).
+---@return string[]
+function M.provider_kinds()
+  local root = vim.fn.fnamemodify(debug.getinfo(1, "S").source:sub(2), ":p:h:h:h")
+  local out = {}
+  for name, type_ in vim.fs.dir(root .. "/rplugin/python3/sidekick_tools/llm/providers") do
+    local kind = type_ == "file" and name:match("^([a-z][a-z0-9_]*)%.py$")
+    if kind and kind ~= "__init__" then
+      table.insert(out, kind)
+    end
+  end
+  table.sort(out)
+  return out
+end
+
+--- The providers of `chat.providers` whose `kind` (without one: their name)
+--- is no wire protocol the host speaks, one line each. Said by setup() as a
+--- warning, as an unknown option is: such a provider fails when a chat sends
+--- to it, the others work.
+---@return string[]
+function M.unknown_kinds(current)
+  local out = {}
+  local providers = ((current or M.current).chat or {}).providers or {}
+  local kinds = M.provider_kinds()
+  local names = vim.tbl_keys(providers)
+  table.sort(names, function(a, b)
+    return tostring(a) < tostring(b)
+  end)
+  for _, name in ipairs(names) do
+    local p = providers[name]
+    local kind = type(p) == "table" and p.kind
+    if kind == nil then
+      kind = name -- `anthropic = { ... }`
+    end
+    if not vim.tbl_contains(kinds, kind) then
+      table.insert(
+        out,
+        string.format(
+          "chat.providers.%s.kind is %s, not a protocol the plugin speaks (%s)",
+          tostring(name),
+          vim.inspect(type(p) == "table" and p.kind or nil),
+          table.concat(
+            vim.tbl_map(function(k)
+              return '"' .. k .. '"'
+            end, kinds),
+            " or "
+          )
+        )
+      )
+    end
+  end
+  return out
 end
 
 --- Put `user` options in force. Returns them, the unknown names in `user`

@@ -82,6 +82,15 @@ function M.setup(opts)
       vim.log.levels.WARN
     )
   end
+  local kinds = config.unknown_kinds()
+  if #kinds > 0 then -- a warning: the other providers work
+    vim.notify(
+      "sidekick_tools: setup(): "
+        .. table.concat(kinds, "\n")
+        .. " (:h sidekick_tools-chat-providers)",
+      vim.log.levels.WARN
+    )
+  end
   for _, conflict in ipairs(require("sidekick_tools.keymaps").conflicts()) do
     vim.notify(conflict, vim.log.levels.WARN)
   end

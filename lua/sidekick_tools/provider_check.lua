@@ -4,7 +4,6 @@
 -- a `cmd:` key is read by a Python child that says only whether it got one.
 -- Only the configured base_urls are contacted, without a key, and only when
 -- :checkhealth asks.
-local host = require("sidekick_tools.host")
 
 local M = {}
 
@@ -131,16 +130,7 @@ end
 --- The provider kinds the host speaks: its modules in llm/providers/.
 ---@return string[]
 function M.kinds()
-  local dir = host.root() .. "/rplugin/python3/sidekick_tools/llm/providers"
-  local out = {}
-  for name, type_ in vim.fs.dir(dir) do
-    local kind = type_ == "file" and name:match("^([a-z][a-z0-9_]*)%.py$")
-    if kind and kind ~= "__init__" then
-      table.insert(out, kind)
-    end
-  end
-  table.sort(out)
-  return out
+  return require("sidekick_tools.config").provider_kinds()
 end
 
 local function printable(key)

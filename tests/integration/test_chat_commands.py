@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import wait_for
 from tests.fake_provider import ThreadedFakeProvider, reply
 from tests.integration.chat_helpers import wait_replies
-from tests.integration.conftest import setup_errors
+from tests.integration.conftest import SETUP_SAID, setup_errors
 
 pytestmark = pytest.mark.integration
 
@@ -254,6 +254,37 @@ def test_completion_offers_the_configured_models(editor, fake):
 def test_a_models_list_must_hold_names(editor):
     said = setup_errors(editor, {"chat": {"providers": {"x": {"kind": "openai", "models": [1]}}}})
     assert any("chat.providers.x.models must be a list of model names" in x for x in said), said
+
+
+def test_setup_warns_of_a_provider_kind_it_does_not_speak(editor):
+    """A misspelt `kind` was said by :checkhealth only: setup() took it, and the
+    first sign of it was a send failing. It is a warning (the other providers
+    work), naming the provider and the kinds there are."""
+    said = editor.lua(
+        SETUP_SAID,
+        {
+            "chat": {
+                "model": "good/m",
+                "providers": {
+                    "good": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1"},
+                    "typo": {"kind": "antropic"},
+                    "anthropic": {},  # no kind: its name is its kind
+                    "nameless": {},
+                },
+            }
+        },
+    )[2]
+    warnings = [msg for msg, level in said if level == 3]
+    assert [msg for msg, level in said if level == 4] == []
+    assert len(warnings) == 1, said
+    assert warnings[0].split("\n") == [
+        "sidekick_tools: setup(): chat.providers.nameless.kind is nil, not a protocol the "
+        'plugin speaks ("anthropic" or "openai")',
+        'chat.providers.typo.kind is "antropic", not a protocol the plugin speaks '
+        '("anthropic" or "openai") (:h sidekick_tools-chat-providers)',
+    ]
+    # the providers are kept: the good one is in force
+    assert editor.lua("return require('sidekick_tools.config').current.chat.model") == "good/m"
 
 
 # --- :SidekickModel ------------------------------------------------------------------------

@@ -243,6 +243,14 @@ def test_setup_rejects_wrong_types(editor):
         ({"chat": {"timeouts": {"connect": 0}}}, "option chat.timeouts.connect must be at least 1"),
         ({"chat": {"timeouts": {"read": -1}}}, "option chat.timeouts.read must be at least 1"),
         ({"chat": {"timeouts": {"read": 0.5}}}, "option chat.timeouts.read must be at least 1"),
+        # a value out of a list says what it got, as the others do
+        ({"notify": "sometimes"}, 'option notify must be "always", "never" or "background", got'),
+        # a list of keys holds keys: a number in it mapped nothing, and nothing said so
+        (
+            {"keymaps": {"tasks_window": {"halt": ["x", 3]}}},
+            "option keymaps.tasks_window.halt must be a key, a list of keys",
+        ),
+        ({"keymaps": {"output_window": {"close": {"k": "q"}}}}, "option keymaps.output_window"),
     ],
 )
 def test_setup_rejects_wrong_values_with_the_options_name(editor, opts, said):
@@ -277,7 +285,7 @@ def test_setup_never_raises_and_says_every_wrong_option_at_once(editor):
         "option tasks.max_concurrent must be at least 1, got 0",
         "option tasks.retention must be a table, got string",
         "option result.max_lines must be number, got string",
-        'notify must be "always", "never" or "background"',
+        'option notify must be "always", "never" or "background", got "sometimes"',
     ]
     current = editor.lua("return require('sidekick_tools.config').current")
     # the wrong ones keep their defaults, the right ones are in force
