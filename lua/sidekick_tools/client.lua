@@ -225,7 +225,7 @@ end
 --   run_tool(buf, row, cwd)          the call at row, then the chain after it
 --   run_tools(buf, cwd, ids)         ids: the calls to run (vim.NIL: every pending one)
 --   run_call(buf, call_id, cwd)      the call with that id (rerun)
---   deny(buf, row, reason)           a denied result for the call at row
+--   deny(buf, row, reason, cwd)      a denied result for the call at row, then the chain
 for _, method in ipairs({ "run_tool", "run_tools", "run_call", "deny" }) do
   M[method] = function(buf, ...)
     return act(buf, method, buf, ...)

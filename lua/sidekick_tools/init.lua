@@ -186,7 +186,7 @@ function M.deny(bufnr, lnum, reason)
   if not line then
     return err(msg)
   end
-  return ask("deny", bufnr, line - 1, reason or "")
+  return ask("deny", bufnr, line - 1, reason or "", vim.fn.getcwd())
 end
 
 --- Cancel a task. Without a token: the task of the call under the cursor.

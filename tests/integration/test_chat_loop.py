@@ -115,6 +115,33 @@ def test_an_unsafe_call_stops_the_loop_until_denied(editor, fake, kind):
     assert "keep the build folder" in second
 
 
+def test_a_denial_lets_the_loop_go_on_with_the_safe_calls_after_it(editor, fake, kind):
+    """Denying the call the loop stopped at left the safe call after it pending
+    (▶): the loop sent nothing until the user ran that one by hand, while
+    running the first instead of denying it went on by itself."""
+    fake.push(
+        reply(
+            tool_call("run_terminal_command", {"command": "rm -rf build"}, id="call_rm"),
+            tool_call("list_directory", {"path": "."}, id="call_ls"),
+        ),
+        reply("Understood, not removing it."),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: clean up\n")
+    (editor.workdir / "only.txt").write_text("x")
+    send(editor)
+    text_ = editor.wait_text("```tool list_directory id=call_ls")
+    row = text_.split("\n").index("```tool run_terminal_command id=call_rm")
+    editor.wait_diag(row, "▶ run_terminal_command")
+    assert len(fake.requests) == 1
+    editor.nvim.command(f"call cursor({row + 1}, 1)")
+    editor.nvim.command("SidekickDeny keep the build folder")
+    editor.wait_text("Understood, not removing it.")
+    assert "```result id=call_ls status=completed" in editor.text()
+    second = json.dumps(fake.requests[1].json)
+    assert "keep the build folder" in second and "only.txt" in second
+
+
 def test_stop_mid_stream_keeps_the_text_and_leaves_a_valid_chat(editor, fake, kind):
     # the stream sends some events, then hangs until the client goes away
     fake.push(

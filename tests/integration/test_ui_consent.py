@@ -5,6 +5,7 @@ would not approve (DESIGN §5, §6)."""
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 
@@ -88,6 +89,54 @@ def test_deny_with_a_reason_is_what_the_model_reads(editor):
     editor.nvim.command("SidekickDeny")
     assert "already has a result" in wait_for(lambda: editor.notifications()[1:])[0]
     assert editor.text() == before
+
+
+def test_a_denial_goes_on_with_the_auto_acceptable_calls_after_it(editor):
+    """As :SidekickRunTool does after the call it runs (and the chain after a
+    call the policy denies): the calls after a denied one run while they are
+    auto-acceptable, up to the next that needs consent. Left pending, they
+    kept a chat loop waiting on the user for a call that needed no one."""
+    editor.setup()
+    editor.open_chat(
+        chat(
+            call_block("write_file", {"path": "a.txt", "content": "A"}, "w1"),
+            call_block("run_terminal_command", {"command": "echo safe"}, "e1"),
+            call_block("write_file", {"path": "b.txt", "content": "B"}, "w2"),
+        )
+    )
+    editor.nvim.command(f"call cursor({HEADER_ROW + 1}, 1)")
+    editor.nvim.command("SidekickDeny")
+    editor.wait_text("```result id=e1 status=completed exit=0")
+    editor.wait_diag(row_of(editor, "```tool write_file id=w2"), "▶ write_file")
+    assert "```result id=w2" not in editor.text()
+    assert not (editor.workdir / "a.txt").exists() and not (editor.workdir / "b.txt").exists()
+
+
+def test_a_denial_inside_a_run_tools_batch_leaves_the_rest_to_the_batch(editor):
+    """Denying a call queued in :SidekickRunTools starts no chain of its own:
+    the batch runs the calls after it, each once, in order."""
+    editor.setup()
+    marker = editor.workdir / "go"
+    wait = f"while [ ! -e {marker} ]; do sleep 0.05; done; echo first"
+    cmds = {"a": wait, "b": "echo second", "c": "echo third"}
+    editor.open_chat(
+        chat(*(call_block("run_terminal_command", {"command": c}, cid) for cid, c in cmds.items()))
+    )
+    editor.nvim.command("SidekickRunTools!")
+    lines = editor.lines()
+    rows = {cid: lines.index(f"```tool run_terminal_command id={cid}") for cid in cmds}
+    editor.wait_diag(rows["c"], "⧗ run_terminal_command (queued")
+    editor.nvim.command(f"call cursor({rows['b'] + 1}, 1)")
+    editor.nvim.command("SidekickDeny")
+    editor.wait_text("```result id=b status=denied")
+    c = row_of(editor, "```tool run_terminal_command id=c")
+    editor.wait_diag(c, "⧗ run_terminal_command (queued")  # still the batch's
+    time.sleep(0.5)  # a chain of the denial's own would have run it by now
+    assert "```result id=c" not in editor.text()
+    marker.write_text("")
+    editor.wait_text("```result id=c status=completed")
+    tasks = editor.lua("return require('sidekick_tools').list_tasks({ all = true })")
+    assert sorted(t["call_id"] for t in tasks) == ["a", "c"]
 
 
 def test_deny_key_and_lua_api(editor):

@@ -199,8 +199,11 @@ class Host:
         return self.port.block_on(self.calls.plan(int(buf), cwd))
 
     @rpc.request
-    def rpc_deny(self, buf: int, row: int, reason: str | None = None) -> Any:
-        return self.port.block_on(self.calls.deny(int(buf), int(row), str(reason or "")))
+    def rpc_deny(
+        self, buf: int, row: int, reason: str | None = None, cwd: str | None = None
+    ) -> Any:
+        cwd = str(cwd) if cwd else self._cwd()
+        return self.port.block_on(self.calls.deny(int(buf), int(row), str(reason or ""), cwd))
 
     @rpc.request
     def rpc_run_call(self, buf: int, call_id: str, cwd: str | None = None) -> Any:

@@ -93,8 +93,10 @@ class CallRunner:
     async def plan(self, buf: int, cwd: str) -> list[dict[str, Any]]:
         return await self.batch.plan(buf, cwd)
 
-    async def deny(self, buf: int, row: int, reason: str = "") -> dict[str, Any]:
-        return await self.chain.deny(buf, row, reason)
+    async def deny(
+        self, buf: int, row: int, reason: str = "", cwd: str | None = None
+    ) -> dict[str, Any]:
+        return await self.chain.deny(buf, row, reason, cwd)
 
     async def send(self, buf: int, cwd: str) -> dict[str, Any]:
         return await self.loop.send(buf, cwd)

@@ -87,9 +87,15 @@ class CallChain:
         self.spawn(self.chain(tracked, cwd, follow_on=False))
         return {"id": tracked.call_id, "tool": tracked.tool, "row": call.start_row}
 
-    async def deny(self, buf: int, row: int, reason: str = "") -> dict[str, Any]:
+    async def deny(
+        self, buf: int, row: int, reason: str = "", cwd: str | None = None
+    ) -> dict[str, Any]:
         """Refuse the pending call at `row`: a ``status=denied`` result whose body
-        (what the model reads) is the user's reason."""
+        (what the model reads) is the user's reason. Then, with `cwd`, as after
+        :SidekickRunTool (and after a call the policy denies), each following
+        pending call of the message runs while it is auto-acceptable: the chat
+        loop, stopped at the call for the user's answer, goes on. Not while a
+        :SidekickRunTools batch holds calls of the chat: the batch runs them."""
         _, call = await self.marks.call_at(buf, row, "to deny it")
         if call.result is not None:
             raise UserError(
@@ -97,13 +103,26 @@ class CallChain:
                 f"(status={call.result.status}); only a pending call can be denied"
             )
         self.marks.refuse_busy(buf, call)
+        batch = any(t.waiting for t in self.ctx.registry.in_buffer(buf).values())
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
             self.marks.refuse_busy(buf, call)  # the chain or the loop took it meanwhile
             raise UserError("sidekick_tools: the tool call changed while denying; try again")
         text = " ".join(reason.split()) or "The user denied this call."
-        self.spawn(self.answer(tracked, denied(text, by="user")))
+        answered = self.answer(tracked, denied(text, by="user"))
+        if cwd is None or batch:
+            self.spawn(answered)
+        else:
+            self.spawn(self._chain_after(tracked, answered, cwd))
         return {"id": tracked.call_id, "tool": tracked.tool}
+
+    async def _chain_after(self, denied_call: Tracked, answered: Any, cwd: str) -> None:
+        """The calls after a denied one, once its denial is in the chat."""
+        if not await answered:
+            return
+        current, _waiting = await self._next_auto(denied_call, cwd)
+        if current is not None:
+            await self.chain(current, cwd, explicit=False)
 
     # -- the chain ----------------------------------------------------------------------
     async def chain(
