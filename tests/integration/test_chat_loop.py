@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sidekick_tools.chat.parser import parse
 
 from tests.conftest import wait_for
 from tests.fake_provider import (
@@ -140,6 +141,43 @@ def test_a_denial_lets_the_loop_go_on_with_the_safe_calls_after_it(editor, fake,
     assert "```result id=call_ls status=completed" in editor.text()
     second = json.dumps(fake.requests[1].json)
     assert "keep the build folder" in second and "only.txt" in second
+
+
+def test_a_provider_reusing_a_call_id_does_not_stop_the_loop(editor, fake, kind):
+    """A reply's call whose id the chat had already (a local server numbering
+    its calls, a restarted one) was written as is: a "Duplicate id" block that
+    nothing ran, without a ✗ (its id was a followed call's), and the loop
+    stopped in silence. It gets a fresh id, runs, and the loop goes on."""
+    fake.push(
+        reply(tool_call("list_directory", {"path": "."}, id="call_0")),
+        reply(tool_call("list_directory", {"path": "."}, id="call_0")),
+        reply("All listed."),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: list twice\n")
+    send(editor)
+    editor.wait_text("All listed.")
+    chat_ = parse(editor.lines())
+    ids = [c.call_id for c in chat_.calls]
+    assert ids[0] == "call_0" and len(set(ids)) == 2
+    assert all(c.result is not None and c.result.status == "completed" for c in chat_.calls)
+    assert not any(c.error for c in chat_.calls)
+
+
+def test_a_pasted_copy_of_a_followed_call_shows_why_it_does_not_run(editor):
+    """The copy of a call this host follows (same id) showed nothing at all:
+    the id was skipped as the followed call's. It shows its ✗."""
+    editor.setup()
+    block = '```tool run_terminal_command id=c1\n{"command": "echo one"}\n```\n'
+    editor.open_chat("USER: go\n\nASSISTANT: Ok.\n\n" + block)
+    editor.run_tool(5)
+    editor.wait_text("```result id=c1 status=completed")
+    editor.lua(
+        "vim.api.nvim_buf_set_lines(0, -1, -1, false, vim.split(..., '\\n'))",
+        "\nUSER: again\n\nASSISTANT: Once more.\n\n" + block,
+    )
+    copy = max(i for i, line in enumerate(editor.lines()) if line.startswith("```tool"))
+    editor.wait_diag(copy, "✗ run_terminal_command: Duplicate id c1")
 
 
 def test_stop_mid_stream_keeps_the_text_and_leaves_a_valid_chat(editor, fake, kind):
@@ -396,11 +434,13 @@ def test_no_send_on_notice_when_turned_off(editor, fake, kind):
     assert len(fake.requests) == 1
 
 
-def test_a_reply_reusing_an_earlier_calls_id_runs_nothing(editor, fake, kind):
-    """A hostile model names its call like one the user denied before: neither
-    the old call nor the new one runs; the new one shows why."""
+def test_a_reply_reusing_an_earlier_calls_id_never_runs_the_earlier_call(editor, fake, kind):
+    """A hostile model names its call like one the user denied before: the old
+    call never runs, nor gets a second result; the new call is written under
+    an id of its own (it was a "Duplicate id" block that nothing ran), so it is
+    only what it says, judged as any other call."""
     pwned = editor.workdir / "pwned"
-    fake.push(reply(tool_call("list_directory", {"path": "."}, id="c1")))
+    fake.push(reply(tool_call("list_directory", {"path": "."}, id="c1")), reply("Done."))
     setup(editor, fake, kind)
     params = {"command": f"touch {pwned}"}
     editor.open_chat(
@@ -410,11 +450,14 @@ def test_a_reply_reusing_an_earlier_calls_id_runs_nothing(editor, fake, kind):
         "USER: now look around\n"
     )
     send(editor)
-    text_ = editor.wait_text("```tool list_directory id=c1")
-    row = text_.split("\n").index("```tool list_directory id=c1")
-    editor.wait_diag(row, "✗ list_directory: Duplicate id")
+    text_ = editor.wait_text("Done.")
+    chat_ = parse(text_.split("\n"))
+    old, new = chat_.calls
+    assert (old.call_id, old.result.status) == ("c1", "denied")
+    assert new.tool == "list_directory" and new.call_id != "c1" and not new.error
+    assert new.result is not None and new.result.status == "completed"
     assert not pwned.exists()
-    assert text_.count("```result id=c1") == 1 and len(fake.requests) == 1
+    assert text_.count("```result id=c1") == 1
 
 
 def test_send_answers_at_once_and_says_later_problems(editor, fake, kind):

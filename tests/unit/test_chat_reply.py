@@ -192,6 +192,23 @@ def test_tool_call_streams_raw_then_ends_as_one_line_of_json():
     assert assistant_turn(renderer.lines) == [Text("Running."), call]
 
 
+def test_a_call_id_the_chat_has_already_is_given_a_fresh_one():
+    """A provider reusing an id (a local server numbering its calls per reply,
+    a restarted one, two calls of one reply with one id) made a block the
+    parser calls "Duplicate id": nothing ran it, and the loop stopped."""
+    renderer = ReplyRenderer(taken={"call_0", "toolu_01"})
+    for index, call_id in enumerate(["call_0", "call_1", "call_1", "", "fresh"]):
+        renderer.feed(ToolCallStart(index, call_id, "list_directory"))
+        renderer.feed(ToolCallArgs(index, '{"path": "."}'))
+        renderer.feed(ToolCallEnd(index))
+    renderer.finish()
+    ids = [c.call_id for c in renderer.reply.tool_calls]
+    assert ids[1] == "call_1" and ids[4] == "fresh"  # new ones are kept as they came
+    assert len(set(ids) | {"call_0", "toolu_01"}) == 7  # every one is its own
+    chat = parse(["USER: hi", "", *renderer.lines])
+    assert [c.call_id for c in chat.calls] == ids and not any(c.error for c in chat.calls)
+
+
 def test_json_split_at_every_position_gives_the_same_call():
     args = '{"path": "a\\"b.txt", "content": "line1\\nline2 ünï ✓", "n": [1, 2.5, null]}'
     expected = None

@@ -47,7 +47,9 @@ class ReplyStream:
     async def run(self, client: Any, request: Any, key: str | None) -> StreamEnd:
         from ..llm import LLMError
 
-        renderer = ReplyRenderer()
+        mirror = self.port.mirrors.get(self.session.buf)
+        taken = {c.call_id for c in mirror.chat().calls if c.call_id} if mirror else set()
+        renderer = ReplyRenderer(taken)
         frames = FrameWriter(self.port, self.session, renderer)
         secret = (key,) if key else ()
         end = StreamEnd()

@@ -31,6 +31,7 @@ gives exactly the blocks the reply had.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from .blocks import (
@@ -86,12 +87,16 @@ class ReplyBuilder:
     which the renderer uses to redraw only from there.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, taken: Iterable[str] = ()) -> None:
         self.entries: list[Entry] = []
         self.usage = Usage()
         self.stop: Stop | None = None
         self.finished = False
         self._tools: dict[int, ToolEntry] = {}
+        # call ids the chat holds already: a provider reusing one (a local
+        # server numbering its calls per reply, a restarted one) would make a
+        # block "Duplicate id" that nothing runs; it gets a fresh id instead
+        self._taken: set[str] = set(taken)
 
     def _current(self, kind: type) -> Any:
         last = self.entries[-1] if self.entries else None
@@ -132,7 +137,8 @@ class ReplyBuilder:
             last.end()
         elif isinstance(delta, ToolCallStart):
             self._end_open()
-            entry = ToolEntry(delta.index, delta.call_id, delta.name)
+            entry = ToolEntry(delta.index, delta.call_id, delta.name, self._taken)
+            self._taken.add(entry.call_id)
             self._tools[delta.index] = entry
             self.entries.append(entry)
         elif isinstance(delta, ToolCallArgs):

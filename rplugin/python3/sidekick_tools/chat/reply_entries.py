@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from typing import Any, Union
 
 from ..text import loads_json
@@ -258,10 +259,12 @@ class RedactedEntry:
 class ToolEntry(_Streamed):
     kind = "tool_use"
 
-    def __init__(self, index: int, call_id: str, name: str) -> None:
+    def __init__(self, index: int, call_id: str, name: str, taken: Collection[str] = ()) -> None:
         super().__init__()
         self.index = index
-        self.call_id = info_token(call_id) or new_call_id(set())
+        self.call_id = info_token(call_id)
+        if not self.call_id or self.call_id in taken:  # none, or one the chat has
+            self.call_id = new_call_id(set(taken))
         self.name = info_token(name) or UNNAMED_TOOL
         self.dropped = False
 

@@ -8,6 +8,7 @@ to now: appending text is a small edit at the end, whatever the reply's size.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,8 +118,8 @@ class ReplyRenderer:
     rendered so far; ``reply`` the accumulated blocks, usage and stop reason.
     """
 
-    def __init__(self) -> None:
-        self.reply = ReplyBuilder()
+    def __init__(self, taken: Iterable[str] = ()) -> None:
+        self.reply = ReplyBuilder(taken)  # taken: the call ids the chat has already
         self._lines: list[str] = [MARKER]
         self._shown: list[str] = [""]
         self._starts: list[int] = []  # row where each entry's region (separator first) begins
