@@ -81,7 +81,14 @@ function M.run(on_done)
           source,
           host.venv_python()
         )
-      report(true, "sidekick_tools: installed; " .. runs .. note)
+      -- what it installed, by name ("httpx2>=2.14,<3" -> "httpx2")
+      local names = vim.tbl_map(function(spec)
+        return spec:match("^[%w._-]+")
+      end, packages)
+      report(
+        true,
+        "sidekick_tools: installed " .. table.concat(names, ", ") .. "; " .. runs .. note
+      )
     end)
   end)
 end

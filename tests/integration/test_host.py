@@ -502,5 +502,7 @@ def test_sidekick_install_does_not_claim_the_venv_when_python_is_configured(edit
     ok, msg = wait_for(lambda: editor.lua("return _G.__install"))
     venv = editor.lua("return require('sidekick_tools.host').venv_python()")
     assert ok is True
+    # what it installed is said by name
+    assert msg.startswith("sidekick_tools: installed pynvim, httpx2, mcp; ")
     assert f"the host now runs with {venv}" not in msg
     assert f"keeps running with {sys.executable} (setup({{ python = ... }}))" in msg
