@@ -20,35 +20,12 @@ if not url then
   vim.notify("demo: start it with `make demo` (it serves the scripted model)", vim.log.levels.WARN)
 end
 
--- Until the plugin has its own :SidekickSend and :SidekickStop (and maps their
--- keys in chats), the demo maps the default keys to the Lua API.
-local function has(cmd)
-  return vim.fn.exists(":" .. cmd) == 2
-end
-vim.api.nvim_create_autocmd({ "BufReadPost", "BufNewFile" }, {
-  pattern = "*.sidekick.md",
-  callback = function(ev)
-    local api = require("sidekick_tools")
-    for lhs, spec in pairs({
-      ["<leader>ss"] = { "SidekickSend", api.send, "send the chat to the model" },
-      ["<leader>sx"] = { "SidekickStop", api.stop, "stop the reply" },
-    }) do
-      if not has(spec[1]) then
-        vim.keymap.set("n", lhs, function()
-          spec[2](ev.buf)
-        end, { buffer = ev.buf, desc = "sidekick demo: " .. spec[3] })
-      end
-    end
-  end,
-})
-
 -- The hint stays in view: start-up messages would overwrite one echoed earlier.
 vim.api.nvim_create_autocmd("VimEnter", {
   once = true,
   callback = function()
-    local send = has("SidekickSend") and "<Space>ss (:SidekickSend)" or "<Space>ss"
     local hint = "demo, scripted model (offline): "
-      .. send
+      .. "<Space>ss (:SidekickSend)"
       .. " sends · a ▶ call waits for you: <Space>sr runs it, <Space>sd denies it"
       .. " · <Space>sx stops · :qa quits"
     vim.wo.winbar = hint:gsub("%%", "%%%%")
