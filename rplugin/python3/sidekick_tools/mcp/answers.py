@@ -68,7 +68,7 @@ def from_task_call(
 ) -> Answer:
     """`run` / `ask`: the task's result, or where it stands when it outlived the wait."""
     if is_call_error(result):
-        why = getattr(task, "error", None) if task is not None else None
+        why = task.error if task is not None else None
         return answer(f"{result.body}\n{why}" if why else result.body, True)
     token = str(result.fields.get("task", ""))
     if result.status == "running":

@@ -186,7 +186,7 @@ def result_from_task(task: Any, tail_bytes: int = TAIL_BYTES) -> ToolResult:
     log_dir = task.log_dir
     out, out_cut = _tail(log_dir, "stdout", tail_bytes)
     err, err_cut = _tail(log_dir, "stderr", tail_bytes)
-    note = _end_note(status, reason, str(getattr(task, "error", None) or ""))
+    note = _end_note(status, reason, task.error or "")
     if not (out or err or note):
         return ToolResult(status, "(no output)", fields)
     streams = Streams(out, err, note, out_cut, err_cut)
