@@ -303,3 +303,41 @@ def test_a_flood_of_short_lines_keeps_the_view_and_the_editor_bounded(editor):
     assert count <= 100_000 + 2  # the lines kept, the note and the end line
     first = editor.lua("return vim.api.nvim_buf_get_lines(..., 0, 1, false)[1]", buf)
     assert first.startswith("[… ") and "earlier lines not shown" in first
+    # every line the task printed is either counted in the note or shown, once
+    dropped = int(first.removeprefix("[… ").split(" ", 1)[0])
+    assert dropped + (count - 2) == 600_000 + 1
+    body = "return vim.api.nvim_buf_get_lines(..., 1, -3, false)"
+    assert set(editor.lua(body, buf)) == {"y"}
+
+
+@pytest.mark.parametrize("per_read", [3, 30])
+@pytest.mark.parametrize("shown", ["all", "filtered"])
+def test_a_bounded_view_drops_its_oldest_lines_in_order(editor, shown, per_read):
+    """Past its bounds (made small here) the view drops its oldest lines from
+    the top, a few lines a read, or more in one read than it keeps: what it
+    shows while the task runs is the last lines read, in order, each once;
+    unfiltered, the note counts those dropped."""
+    editor.setup()
+    editor.lua(
+        "local view = require('sidekick_tools.consumers.output_view')\n"
+        "view.MAX_LINES = 10\n"
+        "require('sidekick_tools.consumers.output_view.follow').LINES = ...",
+        per_read,
+    )
+    marker, done = editor.workdir / "release", editor.workdir / "done"
+    token = start_background(editor, gated(marker, before="true", after=gated(done, "seq 1 50")))
+    extra = " /[02468]$/" if shown == "filtered" else ""
+    editor.nvim.command(f"SidekickOutput {token}{extra}")
+    buf = current_buf(editor)
+    marker.write_text("")
+    lines = wait_lines(editor, buf, lambda ls: ls[-1] == "50")
+    done.write_text("")  # the task ends
+    if shown == "all":
+        note, body = lines[0], lines[1:]
+        dropped = int(note.removeprefix("[… ").split(" ", 1)[0])
+        assert body == [str(n) for n in range(dropped + 1, 51)]
+        assert len(body) <= 10
+    else:
+        numbers = [int(n) for n in lines]
+        assert numbers == list(range(numbers[0], 51, 2))  # every even line since the first
+        assert numbers[0] % 2 == 0 and len(numbers) <= 5

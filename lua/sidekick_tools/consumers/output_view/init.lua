@@ -218,17 +218,18 @@ end
 
 -- following -------------------------------------------------------------------------
 
---- Drop the oldest lines when the view holds more than its bounds; true when
---- it did (the buffer is then to be redrawn).
+--- Drop the oldest lines when the view holds more than its bounds. Returns
+--- the lines dropped (none: nothing to do).
 local function trim(v)
   if #v.lines <= M.MAX_LINES and v.bytes <= M.MAX_BYTES then
-    return false
+    return {}
   end
   local drop, bytes = 0, v.bytes
   while drop < #v.lines and (#v.lines - drop > M.MAX_LINES * KEEP or bytes > M.MAX_BYTES * KEEP) do
     drop = drop + 1
     bytes = bytes - #v.lines[drop].text
   end
+  local gone = vim.list_slice(v.lines, 1, drop)
   v.lines = vim.list_slice(v.lines, drop + 1)
   v.bytes, v.dropped = bytes, v.dropped + drop
   v.note = string.format(
@@ -237,23 +238,59 @@ local function trim(v)
     M.MAX_LINES,
     v.task.log_dir or "the task's log folder"
   )
-  return true
+  return gone
+end
+
+--- Take the rows of the dropped lines off the top of the view, and write the
+--- note that counts them: a flood costs one small edit per trim, not a redraw
+--- of the lines kept.
+local function cut_top(v, gone, had_note)
+  local rows = 0 -- buffer rows the dropped lines were shown on
+  for _, line in ipairs(gone) do
+    if matches(v, line) then
+      rows = rows + 1
+    end
+  end
+  local wins = followers(v)
+  local top = had_note and 1 or 0 -- the note row, when there was one
+  vim.api.nvim_buf_clear_namespace(v.buf, ns, 0, top + rows)
+  if v.rx then -- filtered: no note row
+    set_lines(v, 0, rows, {})
+    v.shown = v.shown - rows
+  else
+    -- nothing shown yet: the buffer's one empty line goes too
+    local stop = (v.shown == 0 and not v.ended) and -1 or top + rows
+    set_lines(v, 0, stop, { v.note })
+    vim.api.nvim_buf_set_extmark(
+      v.buf,
+      ns,
+      0,
+      0,
+      { end_col = #v.note, hl_group = "SidekickOutputEnd" }
+    )
+    v.shown = v.shown - top - rows + 1
+  end
+  scroll(v, wins)
 end
 
 --- Read what the logs gained and show it. Returns true when more is waiting.
 local function read_new(v, final)
   local new, more = follow.read(v.streams, final)
+  local before = #v.lines -- lines shown (or filtered out) already
   vim.list_extend(v.lines, new)
   for _, line in ipairs(new) do
     v.bytes = v.bytes + #line.text
   end
-  if trim(v) then
-    if valid(v) then
-      redraw(v)
-    end
-  elseif valid(v) then
-    append(v, new)
+  local had_note = v.note ~= nil and not v.rx
+  local gone = trim(v)
+  if not valid(v) then
+    return more
   end
+  local old = math.min(#gone, before) -- dropped lines that were read before
+  if #gone > 0 then
+    cut_top(v, vim.list_slice(gone, 1, old), had_note)
+  end
+  append(v, vim.list_slice(new, #gone - old + 1))
   return more
 end
 
