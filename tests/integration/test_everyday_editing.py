@@ -177,6 +177,22 @@ def test_undoing_a_result_makes_the_call_pending_again(editor):
     editor.wait_diag(4, "✓")
 
 
+def test_undo_and_redo_of_a_result_in_an_older_message_bring_its_check_back(editor):
+    """A call of an earlier assistant message that ran in this session shows ✓;
+    undoing its result and redoing it left it with no state at all, like old
+    history, while the calls whose results were never undone kept theirs."""
+    editor.setup()
+    later = "\nUSER: more\n\nASSISTANT: Later.\n\n" + call("l", "echo later")
+    editor.open_chat(HEAD + call("u", "echo hi") + later)
+    editor.run_tool(5)
+    editor.wait_text("```result id=u status=completed exit=0")
+    editor.wait_diag(4, "✓")
+    editor.nvim.command("undo")
+    editor.wait_diag(4, "▶ run_terminal_command")
+    editor.nvim.command("redo")
+    editor.wait_diag(4, "✓ run_terminal_command")
+
+
 def test_running_state_stays_in_view_after_a_format_on_save(editor):
     """A formatter that rewrites every line drops extmarks: the running call's
     mark is set again, so its ⟳ does not vanish."""

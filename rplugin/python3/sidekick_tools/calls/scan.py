@@ -43,6 +43,9 @@ class DiagnosticScan:
         # its extmarks, so the next scan sends the rows to set the marks again.
         self._call_rows: dict[int, set[int]] = {}
         self._touched: set[int] = set()
+        # ids of the calls of each buffer that ran in this session and were let
+        # go because an undo took their result away: a redo brings their ✓ back
+        self._ran: dict[int, set[str]] = {}
         # running blocks of each buffer that name a task this host does not
         # follow, with why (a forged or copied block): shown as such
         self.unfollowed: dict[int, dict[str, tuple[str, str]]] = {}
@@ -93,6 +96,8 @@ class DiagnosticScan:
                 continue
             if tracked.done and text_state(call) != tracked.state:
                 # undone (or edited) since: the text says what it is
+                if tracked.state == "completed":
+                    self._ran.setdefault(buf, set()).add(tracked.call_id)
                 self.registry.forget(tracked)
                 del followed[tracked.call_id]
                 continue
@@ -119,7 +124,9 @@ class DiagnosticScan:
             for c in chat.calls
         ):
             self.on_running_block(buf)
-        items = scan_items(chat, set(followed), call_problem, self.unfollowed.get(buf))
+        items = scan_items(
+            chat, set(followed), call_problem, self.unfollowed.get(buf), self._ran.get(buf)
+        )
         if self.streaming(buf):
             items = _unfinished_dropped(chat, items)
         self._call_rows[buf] = {row for _, row in anchors} | {item["row"] for item in items}

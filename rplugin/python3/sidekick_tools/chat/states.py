@@ -42,6 +42,7 @@ def scan_items(
     skip_ids: set[str],
     problem_of: Callable[[ToolCall], str | None],
     unfollowed: dict[str, tuple[str, str]] | None = None,
+    ran: set[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Diagnostic state of the calls whose id is not in `skip_ids` (the ones a
     host follows draw their own). `problem_of(call)` says what is wrong with a
@@ -50,9 +51,11 @@ def scan_items(
     show and why.
 
     Every pending, running, failed, cancelled or denied call is listed. Completed
-    calls are listed only in the last assistant message: a long history of ✓
-    would cost Neovim a redraw of thousands of diagnostics on every change and
-    tell the user nothing they need to act on.
+    calls are listed only in the last assistant message, or when their id is in
+    `ran` (they ran in this session: an undo and a redo of their result took
+    them from the host, not from the user's sight): a long history of ✓ would
+    cost Neovim a redraw of thousands of diagnostics on every change and tell
+    the user nothing they need to act on.
     """
     items = []
     last = chat.last_assistant()
@@ -61,7 +64,8 @@ def scan_items(
         if call.call_id and call.call_id in skip_ids and not _repeats_an_id(call):
             continue  # followed: drawn by the host as it runs (a copy of it is not)
         res = call.result
-        if res is not None and res.status == "completed" and id(call) not in recent:
+        shown = id(call) in recent or (ran and call.call_id in ran)
+        if res is not None and res.status == "completed" and not shown:
             continue
         item: dict[str, Any] = {"row": call.start_row, "tool": call.tool, "id": call.call_id or ""}
         if res is not None and res.status in RESULT_STATUSES:
