@@ -88,7 +88,7 @@ def test_a_forged_running_block_adopts_no_foreign_task(editors):
     path.write_text(forged)
     ed.nvim.command(f"edit {path}")
     d = ed.wait_diag(4, "✗ run_terminal_command: task " + token + " is not this call's")
-    assert d["message"].endswith(":SidekickRunTool runs this call anew")  # what to do
+    assert d["message"].endswith(":SidekickRunTool runs it anew")  # what to do
     row = next(i for i, line in enumerate(ed.lines()) if "id=ghost" in line)
     ed.wait_diag(row, "✗ run_terminal_command: task abcdef not found")
     marker.write_text("")

@@ -192,10 +192,8 @@ class TaskFollower:
                 unfollowed[call.call_id] = ("failed", f"task {token} not found; not followed")
                 continue
             if task.chat != mirror.name or task.call_id != call.call_id:
-                why = (
-                    f"task {token} is not this call's (another chat or call started it); "
-                    "not followed: :SidekickRunTool runs this call anew"
-                )
+                # short: virtual text is cut at the window's edge, and what to do is last
+                why = f"task {token} is not this call's: :SidekickRunTool runs it anew"
                 unfollowed[call.call_id] = ("failed", why)
                 continue
             if task.terminal and not write_ended:
