@@ -15,9 +15,32 @@ import sys
 from .script import load_script
 from .server import FakeProvider
 
+SCRIPT_HELP = """\
+script (--script FILE): a JSON list, one item per request, in order:
+  "Hello"                                  a text reply
+  {"pieces": [{"thinking": "..."},         a reply made of pieces: thinking,
+     "Let me look.",                         text, tool_call (optional "id"),
+     {"tool_call": {"name": "list_directory", "input": {"path": "."}}}],
+   "chunk": 4, "tokens_per_second": 20}      stream_error; pacing and the other
+                                             Reply options of script.py
+  {"error": {"status": 429, "retry_after": 1, "message": "slow down"}}
+                                           an HTTP error
+
+use it from Neovim (the URL is the first line this prints):
+  require("sidekick_tools").setup({ chat = { model = "fake/any-name",
+    providers = { fake = { kind = "anthropic", base_url = "http://127.0.0.1:PORT" } } } })
+  (kind = "openai": base_url = "http://127.0.0.1:PORT/v1"; no api_key is needed)
+"""
+
 
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.fake_provider")
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.fake_provider",
+        description="A loopback model server speaking the Anthropic Messages and OpenAI "
+        "Chat Completions protocols (/v1), replaying a script: one reply per request.",
+        epilog=SCRIPT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--script", help="JSON file: a list of replies (see script.py)")
