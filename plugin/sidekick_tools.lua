@@ -24,6 +24,14 @@ vim.api.nvim_create_autocmd({ "BufReadPre", "BufNewFile" }, {
     vim.bo[ev.buf].modeline = false
   end,
 })
+-- Loaded lazily (lazy.nvim's `ft = "markdown"`), the plugin comes while the
+-- first chat is being read: its BufReadPre went by, but Neovim reads the
+-- modelines only after the filetype is set, so they are still turned off here.
+for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+  if vim.api.nvim_buf_get_name(buf):match("%.sidekick%.md$") then
+    vim.bo[buf].modeline = false
+  end
+end
 
 -- A chat opened: its keys, and a running host shows its calls' states (nothing runs).
 vim.api.nvim_create_autocmd({ "BufReadPost", "BufNewFile" }, {

@@ -62,6 +62,27 @@ def test_output_cannot_act_on_the_editor_through_a_modeline(editor):
     assert editor.lua("return vim.bo.textwidth") == 7
 
 
+def test_a_chat_read_while_the_plugin_loads_lazily_gets_no_modeline(editor):
+    """Loaded by filetype (lazy.nvim's `ft = "markdown"`, as the README shows),
+    the plugin came while the first chat was being read: its BufReadPre, which
+    turns modelines off, had gone by, and a `vim: set ...` line in a result
+    was applied. Neovim reads modelines after the filetype is set, so the
+    plugin turns them off for the chats already open when it loads."""
+    chat_path = editor.workdir / "lazy.sidekick.md"
+    chat_path.write_text(HEAD + "```result id=x status=completed\nvim: set tw=7 :\n```\n")
+    editor.lua(
+        "vim.api.nvim_del_augroup_by_name('sidekick_tools')\n"
+        "vim.g.loaded_sidekick_tools = nil\n"
+        "vim.api.nvim_create_autocmd('FileType', { pattern = 'markdown', once = true,\n"
+        "  callback = function() vim.cmd('runtime plugin/sidekick_tools.lua') end })"
+    )
+    editor.nvim.command("set modeline modelines=5")  # a user who has them on
+    editor.nvim.command(f"edit {chat_path}")
+    assert editor.lua("return vim.g.loaded_sidekick_tools") is True  # loaded by the read
+    assert editor.lua("return vim.bo.textwidth") == 0
+    assert editor.lua("return vim.bo.modeline") is False
+
+
 def _wait_cmd(marker, then: str = "echo done") -> str:
     return f"while [ ! -e {marker} ]; do sleep 0.05; done; {then}"
 
