@@ -109,11 +109,15 @@ def test_output_of_the_call_under_the_cursor(editor):
     editor.nvim.command("SidekickHalt")
     lines = wait_lines(editor, buf, lambda ls: ls[-1].startswith(f"[task {token} cancelled"))
     assert "from-the-chat" in lines
-    # no call under the cursor: the latest task of this Neovim, in the same view
+    # no call under the cursor: the latest task of this Neovim, in the same view;
+    # in a chat the user meant the line they are on, so whose output it is is said
     editor.nvim.command("wincmd p")
     editor.nvim.command("call cursor(1, 1)")
     editor.nvim.command("SidekickOutput")
     assert current_buf(editor) == buf
+    assert editor.notifications()[-1] == (
+        f"sidekick_tools: no task for the line under the cursor; showing the latest, {token}"
+    )
 
 
 def test_output_without_a_token_and_none_to_show(editor):

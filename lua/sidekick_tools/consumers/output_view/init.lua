@@ -599,9 +599,22 @@ function M.open_from_args(args)
   if filter then
     M.regex(filter) -- said before anything is looked up or opened
   end
-  token = token or M.token_under_cursor() or M.latest_token()
+  local latest = false
+  if not token then
+    token = M.token_under_cursor()
+    if not token then
+      token, latest = M.latest_token(), true
+    end
+  end
   if not token then
     error("sidekick_tools: no task under the cursor, and none yet in this Neovim", 0)
+  end
+  if latest and vim.api.nvim_buf_get_name(0):match("%.sidekick%.md$") then
+    -- in a chat, the cursor's line was meant: say whose output this is instead
+    vim.notify(
+      "sidekick_tools: no task for the line under the cursor; showing the latest, " .. token,
+      vim.log.levels.INFO
+    )
   end
   return M.open({ token = token, filter = filter })
 end
