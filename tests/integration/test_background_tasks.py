@@ -421,31 +421,32 @@ def test_a_chat_saved_under_another_name_keeps_its_running_task(editors):
     marker = first.workdir / "release"
     first.open_chat(HEAD + call("r", wait_cmd(marker, "echo renamed-ok")), name="old.sidekick.md")
     first.run_tool(5)
-    first.wait_text("```result id=r status=running task=")
-    new = first.workdir / "new.sidekick.md"
-    first.nvim.command(f"saveas {new}")
-    # a call run after the rename is the new chat's
-    first.lua(
-        "vim.api.nvim_buf_set_lines(0, -1, -1, false, vim.split(..., '\\n'))",
-        "USER: more\n\nASSISTANT: Again.\n\n" + call("s", "echo after"),
-    )
-    row = next(i for i, line in enumerate(first.lines()) if "id=s" in line)
-    first.run_tool(row + 1)
-    first.wait_text("```result id=s status=completed exit=0")
-    first.nvim.command("write")
-    chats = {
-        t["call_id"]: t["chat"] for t in first.lua("return require('sidekick_tools').list_tasks()")
-    }
-    assert chats == {"r": str(new), "s": str(new)}
-    quit_nvim(first)
-    # a new Neovim opens the chat by its new name: its running block is followed
-    second = editors()
-    second.setup()
-    second.nvim.command(f"edit {new}")
-    marker.write_text("")
-    out = second.wait_text("```result id=r status=completed exit=0")
-    assert "renamed-ok" in out
-    assert not any("not this call's" in d["message"] for d in second.diagnostics())
+    try:
+        first.wait_text("```result id=r status=running task=")
+        new = first.workdir / "new.sidekick.md"
+        first.nvim.command(f"saveas {new}")
+        # a call run after the rename is the new chat's
+        first.lua(
+            "vim.api.nvim_buf_set_lines(0, -1, -1, false, vim.split(..., '\\n'))",
+            "USER: more\n\nASSISTANT: Again.\n\n" + call("s", "echo after"),
+        )
+        row = next(i for i, line in enumerate(first.lines()) if "id=s" in line)
+        first.run_tool(row + 1)
+        first.wait_text("```result id=s status=completed exit=0")
+        first.nvim.command("write")
+        tasks = first.lua("return require('sidekick_tools').list_tasks()")
+        assert {t["call_id"]: t["chat"] for t in tasks} == {"r": str(new), "s": str(new)}
+        quit_nvim(first)
+        # a new Neovim opens the chat by its new name: its running block is followed
+        second = editors()
+        second.setup()
+        second.nvim.command(f"edit {new}")
+        marker.write_text("")
+        out = second.wait_text("```result id=r status=completed exit=0")
+        assert "renamed-ok" in out
+        assert not any("not this call's" in d["message"] for d in second.diagnostics())
+    finally:
+        marker.touch()  # the task outlives its Neovim (kill_on_exit off): it ends
 
 
 def test_a_chat_saved_under_another_name_gets_its_result_when_reopened(editor):
