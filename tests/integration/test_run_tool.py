@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.conftest import wait_for
-from tests.integration.ui_helpers import result_body
+from tests.integration.ui_helpers import result_body, three_in_a_batch
 
 pytestmark = pytest.mark.integration
 
@@ -308,16 +308,7 @@ def test_calls_waiting_their_turn_in_run_tools_say_so_and_can_still_be_denied(ed
     """:SidekickRunTools runs the calls one after the other: the ones behind a
     running call show ⧗ queued, not ▶ (which invites running them by hand);
     one denied while it waits is not run when its turn comes."""
-    editor.setup()
-    marker = editor.workdir / "go"
-    wait = f"while [ ! -e {marker} ]; do sleep 0.05; done; echo first"
-    cmds = {"a": wait, "b": "echo second", "c": "echo third"}
-    editor.open_chat(
-        chat(*(call_block("run_terminal_command", {"command": c}, cid) for cid, c in cmds.items()))
-    )
-    editor.nvim.command("SidekickRunTools!")
-    lines = editor.lines()
-    rows = {cid: lines.index(f"```tool run_terminal_command id={cid}") for cid in cmds}
+    marker, rows = three_in_a_batch(editor)
     editor.wait_diag(rows["a"], "⟳ run_terminal_command")
     for cid in "bc":
         editor.wait_diag(rows[cid], "⧗ run_terminal_command (queued, runs after the calls above)")

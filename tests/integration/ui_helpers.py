@@ -21,6 +21,22 @@ def chat(*blocks: str) -> str:
 HEADER_ROW = 4  # 0-based row of the first call header in chat()
 
 
+def three_in_a_batch(editor: Any) -> tuple[Path, dict[str, int]]:
+    """`:SidekickRunTools!` on three commands `a`, `b`, `c` (printing first,
+    second, third); `a` runs until the returned marker exists, so `b` and `c`
+    wait their turn in the batch. Their header rows by id."""
+    editor.setup()
+    marker = editor.workdir / "go"
+    wait = f"while [ ! -e {marker} ]; do sleep 0.05; done; echo first"
+    cmds = {"a": wait, "b": "echo second", "c": "echo third"}
+    editor.open_chat(
+        chat(*(call_block("run_terminal_command", {"command": c}, cid) for cid, c in cmds.items()))
+    )
+    editor.nvim.command("SidekickRunTools!")
+    lines = editor.lines()
+    return marker, {cid: lines.index(f"```tool run_terminal_command id={cid}") for cid in cmds}
+
+
 def gated(marker: Path, before: str = "echo '[PROGRESS:50] half'", after: str = "echo done") -> str:
     """A shell command: `before`, wait for `marker` to exist, then `after`."""
     return f"{before}; while [ ! -e {marker} ]; do sleep 0.05; done; {after}"
