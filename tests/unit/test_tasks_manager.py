@@ -12,6 +12,7 @@ import time
 import pytest
 from sidekick_tools.config import tasks_config
 from sidekick_tools.tasks import groups, identity, spawn, wrapper
+from sidekick_tools.tasks.chat_rename import rename_chat
 from sidekick_tools.tasks.manager import TaskEvent, TaskManager, TaskNotFound, TaskSpec
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
 from sidekick_tools.tasks.progress_poll import due_for_poll
@@ -843,7 +844,7 @@ async def test_a_database_locked_by_another_program_holds_no_task_back(tasks_sta
 async def test_a_chat_saved_under_another_name_takes_its_tasks_along(
     tasks_manager: TaskManager, tmp_path
 ):
-    """rename_chat: every task naming the old chat, running or ended, names the
+    """chat_rename.rename_chat: every task naming the old chat, running or ended, names the
     new one, in the store and in the running task's own events; an unnamed
     chat ("") moves only the tasks it is given, since every unnamed buffer's
     tasks name ""; another chat's tasks stay."""
@@ -854,10 +855,10 @@ async def test_a_chat_saved_under_another_name_takes_its_tasks_along(
     unnamed = [await m.submit(spec("true", chat="", call_id=f"u{i}")) for i in range(2)]
     events: list[TaskEvent] = []
     m.subscribe(events.append)
-    assert m.rename_chat("/c/old.md", "/c/new.md") == 2
+    assert rename_chat(m, "/c/old.md", "/c/new.md") == 2
     assert {t.id for t in m.list(chats=["/c/new.md"], limit=None)} == {done.id, running.id}
     assert m.get(other.id).chat == "/c/other.md"
-    assert m.rename_chat("", "/c/named.md", [unnamed[0].id]) == 1
+    assert rename_chat(m, "", "/c/named.md", [unnamed[0].id]) == 1
     assert [m.get(t.id).chat for t in unnamed] == ["/c/named.md", ""]
     await m.halt(running.id)
     ended = [e.task for e in events if e.task.id == running.id and e.kind == "finished"]

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..config import Config
+from ..tasks.chat_rename import rename_chat
 from . import unseen
 from .batch import CallBatch
 from .chain import CallChain, UserError
@@ -131,7 +132,7 @@ class CallRunner:
             return
         old, mirror.name = mirror.name, name
         tokens = self.registry.rename(buf, name)
-        self.ctx.tasks.rename_chat(old, name, tokens)
+        rename_chat(self.ctx.tasks, old, name, tokens)
         self.scan.schedule(buf, delay=0)
 
     def _reattach_soon(self, buf: int) -> None:

@@ -161,29 +161,6 @@ class TaskManager(TaskEngine):
     ) -> int:
         return self.store.count(TaskQuery.of(status, owner, chats))
 
-    def rename_chat(self, old: str, new: str, tokens: Iterable[str] = ()) -> int:
-        """Chat `old` was saved as `new`: its tasks (every task naming `old`, and
-        the tasks `tokens` of its followed calls, whatever chat they name) are
-        `new`'s from now on. An unnamed chat (`old` empty) moves only `tokens`:
-        other unnamed buffers' tasks name "" too. How many moved."""
-        moved, tasks = 0, {}
-        if old:
-            for task in self.store.list(TaskQuery.of(None, None, [old]), None, 0):
-                if task.chat == old:
-                    tasks[task.id] = task
-        for token in tokens:
-            task = tasks.get(token) or self.store.get(token)
-            if task is not None and task.chat == old:
-                tasks[token] = task
-        for task in tasks.values():
-            task.chat = new
-            if self.save(task, ("chat",), expect={"chat": old}):
-                moved += 1
-            sup = self.supervisor(task.id)
-            if sup is not None:
-                sup.task.chat = new  # its events name the chat it is in now
-        return moved
-
     def queue_position(self, token: str) -> int | None:
         """How many queued tasks are ahead of `token` (None: not queued here)."""
         return self.queue.position(token)
