@@ -609,7 +609,7 @@ function M.open_from_args(args)
   if not token then
     error("sidekick_tools: no task under the cursor, and none yet in this Neovim", 0)
   end
-  if latest and vim.api.nvim_buf_get_name(0):match("%.sidekick%.md$") then
+  if latest and require("sidekick_tools.chats").is_chat(vim.api.nvim_get_current_buf()) then
     -- in a chat, the cursor's line was meant: say whose output this is instead
     vim.notify(
       "sidekick_tools: no task for the line under the cursor; showing the latest, " .. token,
