@@ -15,6 +15,7 @@ from sidekick_tools.tasks import groups, identity, spawn, wrapper
 from sidekick_tools.tasks.chat_rename import rename_chat
 from sidekick_tools.tasks.manager import TaskEvent, TaskManager, TaskNotFound, TaskSpec
 from sidekick_tools.tasks.model import Reason, Task, TaskStatus
+from sidekick_tools.tasks.output_reads import STDERR_KEY
 from sidekick_tools.tasks.progress_poll import due_for_poll
 from sidekick_tools.tasks.store import MemoryStore, SqliteStore, TaskStore
 from sidekick_tools.tasks.tuning import EngineTuning
@@ -864,3 +865,17 @@ async def test_a_chat_saved_under_another_name_takes_its_tasks_along(
     ended = [e.task for e in events if e.task.id == running.id and e.kind == "finished"]
     assert ended and ended[-1].chat == "/c/new.md"
     assert m.store.get(running.id).chat == "/c/new.md"
+
+
+async def test_a_renamed_chat_reads_its_tasks_output_on_from_where_it_was(
+    tasks_manager: TaskManager,
+):
+    """task_output reads what is new since the chat's last read (per chat, per
+    stream): after a rename, the chat goes on from there, not from the start."""
+    m = tasks_manager
+    task = await m.wait((await m.submit(spec("true", chat="/c/old.md", call_id="a"))).id, 10)
+    m.store.set_read_offset(task.id, "/c/old.md", 7)
+    m.store.set_read_offset(task.id, "/c/old.md" + STDERR_KEY, 3)
+    assert rename_chat(m, "/c/old.md", "/c/new.md") == 1
+    assert m.store.get_read_offset(task.id, "/c/new.md") == 7
+    assert m.store.get_read_offset(task.id, "/c/new.md" + STDERR_KEY) == 3

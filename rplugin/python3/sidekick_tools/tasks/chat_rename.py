@@ -1,12 +1,13 @@
 """A chat saved under another name (`:saveas`, `:file`) takes its tasks along:
 a task names the chat it was started from, and a chat opened again follows
-only its own tasks."""
+only its own tasks. Where the chat had read each task's output to goes too."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from .output_reads import STDERR_KEY
 from .store import TaskQuery
 
 if TYPE_CHECKING:
@@ -31,7 +32,16 @@ def rename_chat(manager: TaskManager, old: str, new: str, tokens: Iterable[str] 
         task.chat = new
         if manager.save(task, ("chat",), expect={"chat": old}):
             moved += 1
+            _move_read_offsets(manager, task.id, old, new)
         sup = manager.supervisor(task.id)
         if sup is not None:
             sup.task.chat = new  # its events name the chat it is in now
     return moved
+
+
+def _move_read_offsets(manager: TaskManager, token: str, old: str, new: str) -> None:
+    """`task_output` reads on from where chat `old` had read, per stream."""
+    for suffix in ("", STDERR_KEY):
+        offset = manager.store.get_read_offset(token, old + suffix)
+        if offset:
+            manager.store.set_read_offset(token, new + suffix, offset)
