@@ -18,7 +18,7 @@ from ..tools.policy import judge_why, outside_note
 from .chain import CallChain
 from .marking import UserError
 from .registry import Tracked
-from .scan import STRUCTURAL, call_problem
+from .scan import call_problem
 
 
 class CallBatch:
@@ -48,7 +48,7 @@ class CallBatch:
             changed = [
                 c
                 for c in pending
-                if not (c.error or "").startswith(STRUCTURAL)  # never run: no matter
+                if not c.structural  # never run: no matter
                 and seen[c.call_id or ""] not in ("", digest(c))
             ]
             pending = [c for c in pending if c not in changed]
@@ -64,7 +64,7 @@ class CallBatch:
         broken, busy = [], []
         try:
             for call in pending:
-                if call.error and call.error.startswith(STRUCTURAL):
+                if call.structural:
                     broken.append(call)  # no block can be told apart from another
                     continue
                 if self.chain.marks.busy(buf, call):

@@ -23,7 +23,7 @@ from .execute import CallExecutor, denied
 from .follow import TaskFollower
 from .marking import CallMarks, Found, UserError
 from .registry import Tracked
-from .scan import STRUCTURAL, call_problem
+from .scan import call_problem
 from .writer import ResultWriter, log_failure
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class CallChain:
             return None, None  # it runs, or its answer is on its way
         problem = call_problem(call)
         if problem:
-            if problem.startswith(STRUCTURAL) or not self.answers_broken(buf):
+            if call.structural or not self.answers_broken(buf):
                 return None, None  # a person fixes it: its ✗ shows why
             return await self.marks.prepare(buf, call), None
         mirror = await self.marks.mirror(buf)

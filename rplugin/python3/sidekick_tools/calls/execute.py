@@ -21,7 +21,7 @@ from ..tools.use_agent import LABEL_CHARS, build_command, label_for
 from .context import CallContext
 from .marking import CallMarks, Found
 from .registry import Tracked
-from .scan import STRUCTURAL, call_problem
+from .scan import call_problem
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class CallExecutor:
         mirror, call = found
         problem = call_problem(call)
         if problem:
-            if problem.startswith(STRUCTURAL):
+            if call.structural:
                 # No block can be written safely: only the diagnostic says what is wrong.
                 self.ctx.registry.state(tracked, "failed", detail=problem)
                 self.ctx.port.notify_user(f"sidekick_tools: {problem}", "error")

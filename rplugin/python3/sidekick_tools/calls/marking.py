@@ -14,7 +14,6 @@ from ..chat import ToolCall
 from ..chat.render import header_with_id, new_call_id
 from .context import CallContext
 from .registry import Tracked
-from .scan import STRUCTURAL
 from .writer import CALL_GONE
 
 RETRIES = 50  # a call's id and mark, while the mirror catches up with the buffer
@@ -60,7 +59,7 @@ class CallMarks:
         answer is being written, or it waits its turn in a :SidekickRunTools
         batch the user agreed to. A block whose id is broken (a repeat of a
         running call's id) is never that call."""
-        if (call.error or "").startswith(STRUCTURAL):
+        if call.structural:
             return False
         tracked = self.ctx.registry.live(self.ctx.registry.get(buf, call.call_id or ""))
         return tracked is not None and (tracked.busy or tracked.waiting and not tracked.done)

@@ -22,8 +22,6 @@ from ..chat.edits import asks_the_same
 from ..chat.states import names_task, scan_items, text_state
 from .registry import CallRegistry, Tracked
 
-STRUCTURAL = ("Unclosed fence", "Duplicate id")  # errors the text itself must fix
-
 SCAN_DELAY = 0.15  # seconds after the last change
 
 

@@ -33,6 +33,9 @@ _FENCE = "```"
 # A line (preceded by its "\n") that may open or close a fence or start a message.
 _EVENT = re.compile(r"\n(?:```|SYSTEM:|USER:|ASSISTANT:)")
 _NONSPACE = re.compile(r"\S")
+# how a call's error begins when the block itself is broken (ToolCall.structural)
+UNCLOSED_FENCE = "Unclosed fence"
+DUPLICATE_ID = "Duplicate id"
 
 
 @dataclass
@@ -69,6 +72,18 @@ class ToolCall:
     def pending(self) -> bool:
         """True while the call has no result block."""
         return self.result is None
+
+    @property
+    def structural(self) -> bool:
+        """The block itself is broken (a fence never closed, an id an earlier
+        block has): it cannot be told apart from another, so no result can be
+        written for it; only its text, fixed, changes that."""
+        return (self.error or "").startswith((UNCLOSED_FENCE, DUPLICATE_ID))
+
+    @property
+    def repeats_an_id(self) -> bool:
+        """An earlier block has this block's id (a pasted copy, a reply reusing it)."""
+        return (self.error or "").startswith(DUPLICATE_ID)
 
 
 @dataclass
@@ -168,7 +183,7 @@ def _new_call(
     error = None
     if not closed:
         error = (
-            f"Unclosed fence: add a line {call.fence} to end the tool call "
+            f"{UNCLOSED_FENCE}: add a line {call.fence} to end the tool call "
             f"that opens at line {start + 1}"
         )
     elif not name:
@@ -179,7 +194,7 @@ def _new_call(
             first_id_row[call_id] = start
         elif error is None:
             error = (
-                f"Duplicate id {call_id}: already used at line {seen + 1}; "
+                f"{DUPLICATE_ID} {call_id}: already used at line {seen + 1}; "
                 f"give this call another id, or remove its id= to have one assigned"
             )
     call.params, body_error = read_params(call.body, start)  # always: it gives params

@@ -61,7 +61,7 @@ def scan_items(
     last = chat.last_assistant()
     recent = {id(c) for c in last.calls} if last else set()
     for call in chat.calls:
-        if call.call_id and call.call_id in skip_ids and not _repeats_an_id(call):
+        if call.call_id and call.call_id in skip_ids and not call.repeats_an_id:
             continue  # followed: drawn by the host as it runs (a copy of it is not)
         res = call.result
         shown = id(call) in recent or (ran and call.call_id in ran)
@@ -87,9 +87,3 @@ def scan_items(
             item["state"] = "pending"
         items.append(item)
     return items
-
-
-def _repeats_an_id(call: ToolCall) -> bool:
-    """A block whose id an earlier block has: never the followed call's own
-    state to draw, but its ✗ (a pasted copy, a reply reusing an id)."""
-    return (call.error or "").startswith("Duplicate id")
