@@ -36,6 +36,19 @@ local function strings_check(list)
   end
 end
 
+--- Whether `value` is a list of non-empty strings (model names, keys).
+local function names_list(value)
+  if type(value) ~= "table" or not vim.islist(value) then
+    return false
+  end
+  for _, item in ipairs(value) do
+    if type(item) ~= "string" or item == "" then
+      return false
+    end
+  end
+  return true
+end
+
 local function forms_check(forms)
   for name, form in pairs(forms) do
     if type(name) ~= "string" or (form ~= false and type(form) ~= "table") then
@@ -57,12 +70,7 @@ local function providers_check(providers)
         tostring(name)
       )
     end
-    local models = p.models
-    local listed = models == nil or (type(models) == "table" and vim.islist(models))
-    for _, model in ipairs(listed and models or {}) do
-      listed = listed and type(model) == "string" and model ~= ""
-    end
-    if not listed then
+    if p.models ~= nil and not names_list(p.models) then
       return string.format(
         'chat.providers.%s.models must be a list of model names, such as { "gpt-4.1" }',
         tostring(name)
@@ -584,19 +592,13 @@ local function problem(opt, value)
       vim.inspect(value)
     )
   end
-  if types == KEYS and type(value) == "table" then
-    -- a list of keys: each a string (a number or a table maps nothing)
-    local keys = vim.islist(value)
-    for _, key in ipairs(keys and value or {}) do
-      keys = keys and type(key) == "string" and key ~= ""
-    end
-    if not keys then
-      return string.format(
-        'option %s must be a key, a list of keys such as { "x", "<C-x>" }, or false, got %s',
-        path,
-        vim.inspect(value)
-      )
-    end
+  -- a list of keys: each a string (a number or a table maps nothing)
+  if types == KEYS and type(value) == "table" and not names_list(value) then
+    return string.format(
+      'option %s must be a key, a list of keys such as { "x", "<C-x>" }, or false, got %s',
+      path,
+      vim.inspect(value)
+    )
   end
   return opt.check and opt.check(value)
 end
@@ -684,13 +686,18 @@ function M.resolve(user)
   return merged, problems
 end
 
+--- The plugin's root folder (the checkout, or where the plugin manager put it).
+---@return string
+function M.root()
+  return vim.fn.fnamemodify(debug.getinfo(1, "S").source:sub(2), ":p:h:h:h")
+end
+
 --- The provider kinds the host speaks: its modules in llm/providers/ (read
 --- here, not through the host module, whose loading means a host to stop).
 ---@return string[]
 function M.provider_kinds()
-  local root = vim.fn.fnamemodify(debug.getinfo(1, "S").source:sub(2), ":p:h:h:h")
   local out = {}
-  for name, type_ in vim.fs.dir(root .. "/rplugin/python3/sidekick_tools/llm/providers") do
+  for name, type_ in vim.fs.dir(M.root() .. "/rplugin/python3/sidekick_tools/llm/providers") do
     local kind = type_ == "file" and name:match("^([a-z][a-z0-9_]*)%.py$")
     if kind and kind ~= "__init__" then
       table.insert(out, kind)

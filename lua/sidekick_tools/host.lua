@@ -20,10 +20,7 @@ local state = {
 local STDERR_KEEP = 60
 
 --- Folder that holds lua/, plugin/ and rplugin/ of this plugin.
-function M.root()
-  local source = debug.getinfo(1, "S").source:sub(2)
-  return vim.fn.fnamemodify(source, ":p:h:h:h")
-end
+M.root = config.root
 
 local function venv_python()
   local dir = vim.fn.stdpath("data") .. "/sidekick_tools/venv"
