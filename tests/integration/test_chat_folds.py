@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 from sidekick_tools.chat.conversation import read_chat
 
-from tests.conftest import wait_for
 from tests.fake_provider import ThreadedFakeProvider, reply, text, thinking
-from tests.integration.chat_helpers import use_fake
+from tests.integration.chat_helpers import use_fake, wait_replies
 
 pytestmark = pytest.mark.integration
 
@@ -172,7 +171,8 @@ def test_a_streamed_replys_thinking_folds_closed(editor, fake):
     assert editor.lua("return vim.wo.foldmethod") == "manual"
     editor.nvim.command("SidekickSend")
     editor.wait_text("Decided.")
-    wait_for(lambda: editor.lines()[-1] == "USER: ")
+    # the folds come when the reply's region closes, after its last text is drawn
+    wait_replies(editor, 1)
     lines = editor.lines()
     opener = rows_of(lines, "```thinking signature=")[0]
     closer = next(i + 1 for i in range(opener, len(lines)) if lines[i] == "```")
