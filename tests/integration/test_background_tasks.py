@@ -98,6 +98,8 @@ def test_halt_kills_a_tree_that_ignores_sigterm(editor):
     assert res["message"].startswith(f"sidekick_tools: halting task {task['id']}: SIGTERM sent")
     wait_for(lambda: task_of(editor, "h")["status"] == "cancelled")
     wait_for(lambda: live_members(pgid) == [])
+    # and told once it has ended: the SIGKILL the answer spoke of came
+    wait_for(lambda: f"sidekick_tools: task {task['id']} cancelled" in editor.notifications())
     out = editor.wait_text("```result id=h status=cancelled")
     assert "partial" in out.split("```result id=h", 1)[1]  # partial output stays readable
     editor.wait_diag(4, "⊘ run_terminal_command")

@@ -261,6 +261,8 @@ class Host:
         try:
             task = self.port.block_on(asyncio.wait_for(asyncio.shield(halting), HALT_ANSWER_WAIT))
         except asyncio.TimeoutError:
+            # the user is told again when it has ended (the answer's SIGKILL may never come)
+            halting.add_done_callback(lambda fut: self._halted(token, fut))
             grace = self.config.tasks.halt_grace if self.config else 0
             return {
                 "id": token,
@@ -270,6 +272,12 @@ class Host:
             }
         status = task.status.value
         return {"id": token, "status": status, "message": f"sidekick_tools: task {token} {status}"}
+
+    def _halted(self, token: str, halting: asyncio.Future[Any]) -> None:
+        """A halt answered as "halting" has ended: say how the task ended."""
+        if not halting.cancelled() and halting.exception() is None:
+            status = halting.result().status.value
+            self.port.notify_user(f"sidekick_tools: task {token} {status}")
 
     @rpc.request
     def rpc_list_tasks(self, opts: dict[str, Any] | None = None) -> Any:
