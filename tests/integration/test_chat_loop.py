@@ -196,12 +196,28 @@ def test_stop_mid_stream_keeps_the_text_and_leaves_a_valid_chat(editor, fake, ki
     text_ = editor.wait_text("```sidekick stopped")
     assert "Part one." in text_
     wait_for(lambda: fake.requests[0].disconnected)
+    if kind == "anthropic":  # its usage comes at the start, its output count at the end
+        wait_replies(editor, 1)
+        assert "↑" in usage_text(editor)
+        assert "↓" not in usage_text(editor)  # a count never sent is not shown
     # the chat goes on: the user writes and sends again
     editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, {'USER: go on'})")
     send(editor)
     editor.wait_text("Second answer.")
     sent = json.dumps(fake.requests[1].json)
     assert "Stopped by the user" not in sent  # the plugin's note is not sent
+
+
+def usage_text(editor) -> str:
+    """The usage virtual text of the chat's replies, one line."""
+    return editor.lua(
+        "local ns = vim.api.nvim_create_namespace('sidekick_tools_usage')\n"
+        "local out = {}\n"
+        "for _, m in ipairs(vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })) do\n"
+        "  for _, chunk in ipairs(m[4].virt_text or {}) do table.insert(out, chunk[1]) end\n"
+        "end\n"
+        "return table.concat(out, ' ')"
+    )
 
 
 def test_errors_are_said_under_the_reply_and_retries_are_visible(editor, fake, kind):

@@ -149,7 +149,7 @@ class AnthropicProvider:
         return "", ""
 
 
-def _usage(raw: Any) -> blocks.Usage:
+def _usage(raw: Any, output: bool = True) -> blocks.Usage:
     raw = raw if isinstance(raw, dict) else {}
 
     def count(key: str) -> int | None:
@@ -158,7 +158,7 @@ def _usage(raw: Any) -> blocks.Usage:
 
     return blocks.Usage(
         input_tokens=count("input_tokens"),
-        output_tokens=count("output_tokens"),
+        output_tokens=count("output_tokens") if output else None,
         cache_read_tokens=count("cache_read_input_tokens"),
         cache_write_tokens=count("cache_creation_input_tokens"),
     )
@@ -184,7 +184,9 @@ class AnthropicDecoder:
             raise ProviderError(f"{message} ({error_type})", error_type=error_type)
         if kind == "message_start":
             message = data.get("message") if isinstance(data.get("message"), dict) else {}
-            return [blocks.UsageDelta(_usage(message.get("usage")))]
+            # its output count is a placeholder (1): the count comes with message_delta,
+            # and a reply stopped before then has no count to show
+            return [blocks.UsageDelta(_usage(message.get("usage"), output=False))]
         if kind == "content_block_start":
             return self._start(data)
         if kind == "content_block_delta":
