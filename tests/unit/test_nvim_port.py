@@ -99,3 +99,31 @@ async def test_a_change_while_two_look_at_a_buffer_leaves_its_mirror_current(cha
     mirror = await port.mirror(BUF)
     assert (mirror.lines, mirror.tick) == (WITHOUT_RESULT, nvim.tick)
     assert nvim.attached
+
+
+class WipedNvim(ScriptedNvim):
+    """A buffer wiped between the attach and the snapshot: the snapshot fails."""
+
+    def request(self, method: str, *args: Any) -> Any:
+        if method == "nvim_exec_lua" and "snapshot" in args[0]:
+            raise RuntimeError("Invalid buffer id: 1")
+        return super().request(method, *args)
+
+
+async def test_a_failed_look_leaves_no_buffer_holding_its_events():
+    """A look whose snapshot fails answers with the error; the buffer's events
+    that come after it are not kept for a look that is over (they would pile up
+    for as long as the buffer lives)."""
+    nvim = WipedNvim(asyncio.get_running_loop(), WITH_RESULT, tick=9)
+    port = NvimPort(nvim)
+    nvim.port = port
+    look = asyncio.ensure_future(port.mirror(BUF))
+    await settle()
+    while nvim.asked:
+        nvim.answer_next()
+        await settle()
+    with pytest.raises(RuntimeError, match="Invalid buffer id"):
+        await look
+    for _ in range(3):
+        nvim.edit()
+    assert port._attaching == {}

@@ -141,11 +141,12 @@ class NvimPort:
         for _ in range(3):
             self._attaching[buf] = []
             self._detached.discard(buf)
-            if not attached and not await self.call("nvim_buf_attach", buf, False, {}):
-                self._attaching.pop(buf, None)
-                return None
-            snap = await self.lua("return require('sidekick_tools.bridge').snapshot(...)", buf)
-            early = self._attaching.pop(buf, [])
+            try:
+                if not attached and not await self.call("nvim_buf_attach", buf, False, {}):
+                    return None
+                snap = await self.lua("return require('sidekick_tools.bridge').snapshot(...)", buf)
+            finally:  # answered or failed (a buffer wiped meanwhile): its events go on
+                early = self._attaching.pop(buf, [])
             if buf not in self._detached:
                 break
             attached = False  # detached before the snapshot came: attach again
