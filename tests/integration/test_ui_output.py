@@ -323,7 +323,7 @@ def test_a_bounded_view_drops_its_oldest_lines_in_order(editor, shown, per_read)
     unfiltered, the note counts those dropped."""
     editor.setup()
     editor.lua(
-        "local view = require('sidekick_tools.consumers.output_view')\n"
+        "local view = require('sidekick_tools.consumers.output_view.render')\n"
         "view.MAX_LINES = 10\n"
         "require('sidekick_tools.consumers.output_view.follow').LINES = ...",
         per_read,

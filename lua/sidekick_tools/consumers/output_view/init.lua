@@ -1,25 +1,15 @@
 -- :SidekickOutput: a read-only buffer that follows a task's log files
 -- (follow.lua), coloured as a terminal would show them (ansi.lua), optionally
--- filtered. The client is only asked who the task is and, once, how it ended;
+-- filtered, drawn by render.lua; its arguments are read by args.lua. The client is only asked who the task is and, once, how it ended;
 -- its task events say when to read and when it ended.
 local client = require("sidekick_tools.client")
 local constants = require("sidekick_tools.constants")
+local args_of = require("sidekick_tools.consumers.output_view.args")
 local follow = require("sidekick_tools.consumers.output_view.follow")
 local format = require("sidekick_tools.format")
+local render = require("sidekick_tools.consumers.output_view.render")
 
 local M = {}
-
-local ns = vim.api.nvim_create_namespace("sidekick_tools_output")
-
-local STDERR = 2 -- index of the stderr stream
-
--- The view keeps the last lines of a task's output, not all of it: a task that
--- prints millions of lines must not grow the editor by gigabytes. Past either
--- bound the oldest lines go (down to KEEP of it at once, so a flood redraws the
--- view once per many lines); the logs on disk keep everything.
-M.MAX_LINES = 100000
-M.MAX_BYTES = 32 * 1024 * 1024
-local KEEP = 0.8
 
 ---@class sidekick_tools.OutputView
 ---@field buf integer
@@ -45,233 +35,7 @@ local function valid(v)
   return v and vim.api.nvim_buf_is_valid(v.buf)
 end
 
---- vim.regex(pattern), or an error in one line that says which pattern and
---- why (Vim's own text, without the "couldn't parse regex: Vim:" wrapping).
----@param pattern string
-function M.regex(pattern)
-  local ok, rx = pcall(vim.regex, pattern)
-  if ok then
-    return rx
-  end
-  local raw = tostring(rx)
-  local code, text = raw:match("(E%d+): (.*)$")
-  text = (text or raw:gsub("^.-regex: ", ""):gsub("^Vim:", "")):gsub("%%s", "")
-  if code == "E769" then
-    text = "a [ is never closed by ]"
-  end
-  error(
-    string.format(
-      "sidekick_tools: bad filter /%s/: %s%s",
-      pattern,
-      text,
-      code and (" (" .. code .. ")") or ""
-    ),
-    0
-  )
-end
-
--- rendering -------------------------------------------------------------------------
-
-local function matches(v, line)
-  return not v.rx or v.rx:match_str(line.text) ~= nil
-end
-
-local function decorate(v, row, line)
-  if line.stream == STDERR then
-    vim.api.nvim_buf_set_extmark(v.buf, ns, row, 0, {
-      sign_text = "▌",
-      sign_hl_group = "SidekickOutputStderr",
-      end_col = #line.text,
-      hl_group = "SidekickOutputStderr",
-      priority = 100,
-    })
-  end
-  for _, s in ipairs(line.spans or {}) do
-    vim.api.nvim_buf_set_extmark(v.buf, ns, row, s[1], {
-      end_col = s[2],
-      hl_group = s[3],
-      priority = 110,
-    })
-  end
-end
-
---- Windows showing the view whose cursor sits on its last line (they follow).
-local function followers(v)
-  local out = {}
-  local last = vim.api.nvim_buf_line_count(v.buf)
-  for _, win in ipairs(vim.fn.win_findbuf(v.buf)) do
-    if vim.api.nvim_win_get_cursor(win)[1] >= last then
-      table.insert(out, win)
-    end
-  end
-  return out
-end
-
-local function scroll(v, wins)
-  local last = vim.api.nvim_buf_line_count(v.buf)
-  for _, win in ipairs(wins) do
-    if vim.api.nvim_win_is_valid(win) then
-      vim.api.nvim_win_set_cursor(win, { last, 0 })
-    end
-  end
-end
-
-local function set_lines(v, start, stop, lines)
-  vim.bo[v.buf].modifiable = true
-  vim.api.nvim_buf_set_lines(v.buf, start, stop, false, lines)
-  vim.bo[v.buf].modifiable = false
-end
-
-local function winbar(v)
-  local t = v.task
-  local look = constants.states[t.status]
-  local parts = {
-    "%#SidekickTasksToken#" .. v.token .. "%*",
-    ((t.tool or "task"):gsub("%%", "%%%%")),
-    "%#" .. (look and look.hl or "Normal") .. "#" .. t.status .. "%*",
-  }
-  if v.filter then
-    table.insert(parts, (("filter /" .. v.filter .. "/"):gsub("%%", "%%%%")))
-  end
-  local label = (t.label or ""):gsub("\n", " "):gsub("%%", "%%%%")
-  return " " .. table.concat(parts, " · ") .. "  %<" .. label
-end
-
-local function update_winbar(v)
-  local bar = winbar(v)
-  local window = require("sidekick_tools.consumers.window")
-  for _, win in ipairs(vim.fn.win_findbuf(v.buf)) do
-    window.set_local(win, { winbar = bar })
-  end
-end
-
-local function mark_end_line(v)
-  vim.api.nvim_buf_set_extmark(v.buf, ns, v.shown, 0, {
-    end_col = #v.ended,
-    hl_group = "SidekickOutputEnd",
-  })
-end
-
---- Redraw everything from the lines read so far (the filter changed).
-local function redraw(v)
-  local wins = followers(v)
-  vim.api.nvim_buf_clear_namespace(v.buf, ns, 0, -1)
-  local text, shown = {}, {}
-  if v.note and not v.rx then
-    table.insert(text, v.note)
-  end
-  local first = #text
-  for _, line in ipairs(v.lines) do
-    if matches(v, line) then
-      table.insert(text, line.text)
-      table.insert(shown, line)
-    end
-  end
-  v.shown = #text
-  if v.ended then
-    table.insert(text, v.ended)
-  end
-  set_lines(v, 0, -1, text)
-  if v.note and not v.rx then
-    vim.api.nvim_buf_set_extmark(
-      v.buf,
-      ns,
-      0,
-      0,
-      { end_col = #v.note, hl_group = "SidekickOutputEnd" }
-    )
-  end
-  for i, line in ipairs(shown) do
-    decorate(v, first + i - 1, line)
-  end
-  if v.ended then
-    mark_end_line(v)
-  end
-  update_winbar(v)
-  scroll(v, wins)
-end
-
---- Append newly read lines (those the filter lets through).
-local function append(v, new)
-  local add = vim.tbl_filter(function(line)
-    return matches(v, line)
-  end, new)
-  if #add == 0 then
-    return
-  end
-  local wins = followers(v)
-  local text = vim.tbl_map(function(line)
-    return line.text
-  end, add)
-  local start = v.shown
-  if start == 0 and not v.ended then
-    set_lines(v, 0, -1, text) -- replace the empty first line of a new buffer
-  else
-    set_lines(v, start, start, text)
-  end
-  for i, line in ipairs(add) do
-    decorate(v, start + i - 1, line)
-  end
-  v.shown = v.shown + #add
-  scroll(v, wins)
-end
-
 -- following -------------------------------------------------------------------------
-
---- Drop the oldest lines when the view holds more than its bounds. Returns
---- the lines dropped (none: nothing to do).
-local function trim(v)
-  if #v.lines <= M.MAX_LINES and v.bytes <= M.MAX_BYTES then
-    return {}
-  end
-  local drop, bytes = 0, v.bytes
-  while drop < #v.lines and (#v.lines - drop > M.MAX_LINES * KEEP or bytes > M.MAX_BYTES * KEEP) do
-    drop = drop + 1
-    bytes = bytes - #v.lines[drop].text
-  end
-  local gone = vim.list_slice(v.lines, 1, drop)
-  v.lines = vim.list_slice(v.lines, drop + 1)
-  v.bytes, v.dropped = bytes, v.dropped + drop
-  v.note = string.format(
-    "[… %d earlier lines not shown (the view keeps the last %d); full logs in %s]",
-    v.dropped,
-    M.MAX_LINES,
-    v.task.log_dir or "the task's log folder"
-  )
-  return gone
-end
-
---- Take the rows of the dropped lines off the top of the view, and write the
---- note that counts them: a flood costs one small edit per trim, not a redraw
---- of the lines kept.
-local function cut_top(v, gone, had_note)
-  local rows = 0 -- buffer rows the dropped lines were shown on
-  for _, line in ipairs(gone) do
-    if matches(v, line) then
-      rows = rows + 1
-    end
-  end
-  local wins = followers(v)
-  local top = had_note and 1 or 0 -- the note row, when there was one
-  vim.api.nvim_buf_clear_namespace(v.buf, ns, 0, top + rows)
-  if v.rx then -- filtered: no note row
-    set_lines(v, 0, rows, {})
-    v.shown = v.shown - rows
-  else
-    -- nothing shown yet: the buffer's one empty line goes too
-    local stop = (v.shown == 0 and not v.ended) and -1 or top + rows
-    set_lines(v, 0, stop, { v.note })
-    vim.api.nvim_buf_set_extmark(
-      v.buf,
-      ns,
-      0,
-      0,
-      { end_col = #v.note, hl_group = "SidekickOutputEnd" }
-    )
-    v.shown = v.shown - top - rows + 1
-  end
-  scroll(v, wins)
-end
 
 --- Read what the logs gained and show it. Returns true when more is waiting.
 local function read_new(v, final)
@@ -282,15 +46,15 @@ local function read_new(v, final)
     v.bytes = v.bytes + #line.text
   end
   local had_note = v.note ~= nil and not v.rx
-  local gone = trim(v)
+  local gone = render.trim(v)
   if not valid(v) then
     return more
   end
   local old = math.min(#gone, before) -- dropped lines that were read before
   if #gone > 0 then
-    cut_top(v, vim.list_slice(gone, 1, old), had_note)
+    render.cut_top(v, vim.list_slice(gone, 1, old), had_note)
   end
-  append(v, vim.list_slice(new, #gone - old + 1))
+  render.append(v, vim.list_slice(new, #gone - old + 1))
   return more
 end
 
@@ -318,16 +82,6 @@ local function pump(v)
   end
 end
 
---- Say how the task ended, below its last line.
-local function show_end(v, task)
-  v.ended = format.end_line(task)
-  local wins = followers(v)
-  set_lines(v, v.shown, -1, { v.ended })
-  mark_end_line(v)
-  update_winbar(v)
-  scroll(v, wins)
-end
-
 --- The task ended: read what is left of its logs, a chunk per turn of the
 --- loop (a flood the view fell behind on must not hold the editor), then say
 --- how it ended.
@@ -346,7 +100,7 @@ local function finish(v, task)
       return
     end
     read_new(v, true)
-    show_end(v, task)
+    render.end_line(v, format.end_line(task))
   end
   drain()
 end
@@ -377,7 +131,7 @@ local function on_task(v, ev)
   else
     v.task = t
     if valid(v) then
-      update_winbar(v)
+      render.update_winbar(v)
     end
     if v.watch then
       v.watch.wake()
@@ -418,9 +172,9 @@ function M.set_filter(v, pattern)
   if pattern == "" then
     pattern = nil
   end
-  local rx = pattern and M.regex(pattern) -- a bad one keeps the filter shown
+  local rx = pattern and args_of.regex(pattern) -- a bad one keeps the filter shown
   v.filter, v.rx = pattern, rx
-  redraw(v)
+  render.redraw(v)
 end
 
 local function set_keymaps(v)
@@ -480,7 +234,7 @@ function M.open(opts)
       return buf
     end
   end
-  local rx = opts.filter and M.regex(opts.filter) -- nothing opened on a bad one
+  local rx = opts.filter and args_of.regex(opts.filter) -- nothing opened on a bad one
   local task = client.task(opts.token)
   if not task then
     error("sidekick_tools: no task " .. opts.token .. " (unknown or expired)", 0)
@@ -525,7 +279,7 @@ function M.open(opts)
   if rx then
     v.filter, v.rx = opts.filter, rx
   end
-  redraw(v)
+  render.redraw(v)
   if constants.terminal[task.status] then
     finish(v, task)
   else
@@ -534,40 +288,6 @@ function M.open(opts)
     check_exit(v) -- it may have ended between the question and the watcher
   end
   return buf
-end
-
---- Split ":SidekickOutput [TOKEN] [/regex/]" arguments: token (or nil), filter (or nil).
-function M.parse_args(args)
-  args = vim.trim(args or "")
-  local token, rest = args:match("^([^/%s]+)%s*(.*)$")
-  if not token then
-    rest = args
-  end
-  local filter
-  if rest ~= "" then
-    if rest:sub(1, 1) ~= "/" then
-      error("sidekick_tools: expected :SidekickOutput [TOKEN] [/regex/], got " .. args, 0)
-    end
-    -- as for :s, the regex ends at the first / not escaped (\/ is a slash), or
-    -- at the end of the line
-    local i, close = 2, nil
-    while i <= #rest and not close do
-      local c = rest:sub(i, i)
-      if c == "\\" then
-        i = i + 2
-      elseif c == "/" then
-        close = i
-      else
-        i = i + 1
-      end
-    end
-    filter = rest:sub(2, (close or #rest + 1) - 1)
-    local trailing = close and vim.trim(rest:sub(close + 1)) or ""
-    if trailing ~= "" then
-      error("sidekick_tools: trailing characters after /" .. filter .. "/: " .. trailing, 0)
-    end
-  end
-  return client.token(token), filter
 end
 
 --- The token of the task under the cursor: the tasks window's line, or the
@@ -587,6 +307,9 @@ function M.latest_token()
   return tasks[1] and tasks[1].id or nil
 end
 
+--- Split ":SidekickOutput [TOKEN] [/regex/]" arguments: token (or nil), filter (or nil).
+M.parse_args = args_of.parse
+
 --- :SidekickOutput [TOKEN] [/regex/]
 ---@param args string
 function M.open_from_args(args)
@@ -597,7 +320,7 @@ function M.open_from_args(args)
     return current.buf
   end
   if filter then
-    M.regex(filter) -- said before anything is looked up or opened
+    args_of.regex(filter) -- said before anything is looked up or opened
   end
   local latest = false
   if not token then
