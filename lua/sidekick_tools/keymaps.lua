@@ -120,21 +120,51 @@ function M.conflicts()
   return out
 end
 
+--- Is the buffer-local normal-mode mapping of `lhs` in `buf` the one
+--- apply_chat() made for `rhs`? (not one the user has put over it since)
+local function ours(buf, lhs, rhs)
+  for _, m in ipairs(vim.api.nvim_buf_get_keymap(buf, "n")) do
+    if m.lhs == lhs then
+      return m.rhs == rhs and (m.desc or ""):sub(1, 10) == "sidekick: "
+    end
+  end
+  return false
+end
+
 --- Buffer-local keymaps of a chat buffer: the key of each command that names
---- one (false or "" in the option: none).
+--- one (false or "" in the option: none). The keys an earlier call mapped and
+--- the configuration no longer gives (setup() again) are taken back, unless
+--- the user mapped something else there meanwhile.
 function M.apply_chat(buf)
   local maps = config.current.keymaps or {}
+  local before = vim.b[buf].sidekick_tools_keys or {}
+  for lhs, rhs in pairs(before) do
+    if ours(buf, lhs, rhs) then
+      vim.api.nvim_buf_del_keymap(buf, "n", lhs)
+    end
+  end
+  local mapped = vim.empty_dict()
   for _, cmd in ipairs(require("sidekick_tools.commands").list) do
     local lhs = cmd.key and maps[cmd.key]
     if type(lhs) == "string" and lhs ~= "" then
+      local rhs = "<Cmd>" .. cmd.name .. "<CR>"
       vim.keymap.set(
         "n",
         lhs,
-        "<Cmd>" .. cmd.name .. "<CR>",
+        rhs,
         { buffer = buf, desc = "sidekick: " .. cmd.desc, silent = true }
       )
+      -- by the key as Neovim holds it (<leader> expanded): a leader changed
+      -- since does not make it another key
+      local held = vim.api.nvim_buf_call(buf, function()
+        return vim.fn.maparg(lhs, "n", false, true)
+      end)
+      if held.lhs then
+        mapped[held.lhs] = rhs
+      end
     end
   end
+  vim.b[buf].sidekick_tools_keys = mapped
 end
 
 --- setup() ran (again): every loaded chat gets the configured keys.

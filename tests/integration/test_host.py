@@ -371,6 +371,39 @@ def test_keymaps_are_buffer_local_and_configurable(editor):
     editor.wait_text("```result id=c1 status=completed exit=0")
 
 
+def test_setup_again_takes_back_the_chat_keys_it_no_longer_configures(editor):
+    """A config reload (setup() again) with a key moved or turned off: the open
+    chats lose the old key, the new one works, and a mapping the user made over
+    a key of the plugin's is left alone."""
+    editor.setup(keymaps={"run_tool": "<F5>", "send": "<F6>"})
+    other = editor.open_chat(CHAT, "other.sidekick.md")
+    editor.open_chat(CHAT)
+    editor.lua("vim.keymap.set('n', '<F6>', '<Cmd>echo 1<CR>', { buffer = 0 })")
+    editor.setup(keymaps={"run_tool": "<F8>", "deny": False, "halt": "<F9>"})
+    editor.lua("vim.g.mapleader = ','")  # changed after: the keys mapped stay what they were
+    editor.setup(keymaps={"run_tool": "<F8>", "deny": False, "halt": "<F9>"})
+    other_maps = editor.lua(
+        "local out = {}\n"
+        "for _, m in ipairs(vim.api.nvim_buf_get_keymap(..., 'n')) do out[m.lhs] = m.rhs end\n"
+        "return out",
+        other,
+    )
+    assert "<F5>" not in other_maps and "<F6>" not in other_maps, other_maps
+    assert other_maps.get("<F8>") == "<Cmd>SidekickRunTool<CR>"
+    maps = editor.lua(
+        "local out = {}\n"
+        "for _, m in ipairs(vim.api.nvim_buf_get_keymap(0, 'n')) do out[m.lhs] = m.rhs or '' end\n"
+        "return out"
+    )
+    assert "<F5>" not in maps, maps
+    assert maps.get("<F8>") == "<Cmd>SidekickRunTool<CR>"
+    assert maps.get("<F9>") == "<Cmd>SidekickHalt<CR>"
+    assert maps.get("<F6>") == "<Cmd>echo 1<CR>"  # the user's own, kept
+    assert maps.get(",ss") == "<Cmd>SidekickSend<CR>"  # the leader in force now
+    assert ",sd" not in maps
+    assert "\\sd" not in maps and "\\ss" not in maps and "\\sh" not in maps, maps
+
+
 def test_sidekick_install_installs_what_pyproject_names(editor):
     """pynvim always; httpx2 (the chat loop) and mcp on Python 3.10+, with the
     version specs of pyproject.toml's dependencies and its chat and mcp extras."""
