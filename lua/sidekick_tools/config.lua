@@ -104,7 +104,8 @@ M.options = {
     "state_dir",
     vim.NIL,
     { "string", "nil" },
-    'Task store and logs; nil: stdpath("state")/sidekick_tools. One that cannot be created '
+    'Task store and logs; nil: stdpath("state")/sidekick_tools. "~" is expanded and a relative '
+      .. "path taken from the working directory when setup() runs. One that cannot be created "
       .. "or written is said once by setup(), and tasks are kept in memory, their logs in "
       .. "the temporary directory it names",
   },
@@ -752,6 +753,13 @@ end
 ---@return table current, string[] unknown, string[] problems
 function M.setup(user)
   local merged, problems = M.resolve(user)
+  if merged.state_dir then
+    -- one folder for the editor and the host, whatever the working directory
+    -- when each looks: "~" expanded, a relative path made absolute now
+    -- (not expand(): a "%" or "*" in a folder's name is that character)
+    local dir = vim.fs.normalize(merged.state_dir)
+    merged.state_dir = vim.fs.normalize(vim.fn.fnamemodify(dir, ":p"))
+  end
   M.current = merged
   return M.current, M.unknown(user or {}), problems
 end

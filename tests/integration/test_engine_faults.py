@@ -92,6 +92,31 @@ def test_a_read_only_state_dir_falls_back_with_one_message(editor, tmpfs):
     assert not log_path.startswith(str(state)) and log_path.split("/tasks/")[0] in notes[0]
 
 
+@pytest.mark.parametrize("given", ["~/sk-state", "rel-state"])
+def test_a_state_dir_with_a_tilde_or_relative_is_one_folder_for_editor_and_host(editor, given):
+    """`state_dir = "~/..."` made Lua write mcp.json under a folder named "~" in
+    the working directory while the host put the tasks under $HOME; a relative
+    one followed the working directory of whichever came later. Both sides
+    use the folder it names when setup() runs."""
+    home = editor.workdir / "home"
+    home.mkdir()
+    editor.lua("vim.env.HOME = ...", str(home))
+    editor.setup(state_dir=given)
+    expected = home / "sk-state" if given.startswith("~") else editor.workdir / "rel-state"
+    elsewhere = editor.workdir / "elsewhere"
+    elsewhere.mkdir()
+    editor.nvim.command(f"cd {elsewhere}")  # the host starts after this
+    assert (expected / "mcp.json").is_file()
+    assert not (editor.workdir / "~").exists()
+    assert editor.lua("return require('sidekick_tools.config').state_dir()") == str(expected)
+    editor.open_chat(HEAD + call("r", command="echo works"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=r status=completed exit=0")
+    log_path = editor.lua("return require('sidekick_tools').list_tasks()")[0]["log_path"]
+    assert log_path.startswith(str(expected) + "/tasks/"), log_path
+    assert not (elsewhere / "rel-state").exists()
+
+
 @pytest.mark.parametrize("kind", ["cannot be created", "is a file"])
 def test_an_unusable_state_dir_is_said_by_setup_which_goes_on(editor, kind):
     if kind == "is a file":
