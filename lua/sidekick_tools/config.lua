@@ -36,6 +36,35 @@ local function strings_check(list)
   end
 end
 
+-- Tools whose auto-acceptance another option decides: listing them in
+-- auto_accept.tools would change nothing.
+local DECIDED_ELSEWHERE = {
+  run_terminal_command = "auto_accept.safe_commands and auto_accept.policy are",
+  use_agent = "agents.NAME.auto_accept and auto_accept.policy are",
+}
+
+local function tools_check(list)
+  local known = require("sidekick_tools.constants").tools
+  for _, name in ipairs(list) do
+    if DECIDED_ELSEWHERE[name] then
+      return string.format(
+        "option auto_accept.tools: %s is not decided by this list (%s)",
+        name,
+        DECIDED_ELSEWHERE[name]
+      )
+    end
+    if not vim.tbl_contains(known, name) then
+      local sorted = vim.deepcopy(known)
+      table.sort(sorted)
+      return string.format(
+        "option auto_accept.tools: %s is no tool (tools: %s)",
+        vim.inspect(name),
+        table.concat(sorted, ", ")
+      )
+    end
+  end
+end
+
 --- Whether `value` is a list of non-empty strings (model names, keys).
 local function names_list(value)
   if type(value) ~= "table" or not vim.islist(value) then
@@ -196,7 +225,9 @@ M.options = {
       "list_tasks",
     },
     "table",
-    "Tools that run without asking when their own predicate agrees",
+    "Tools that run without asking when their own predicate agrees (run_terminal_command "
+      .. "and use_agent are not decided here: safe_commands and each agent's auto_accept are)",
+    check = tools_check,
   },
   {
     "auto_accept.safe_commands",

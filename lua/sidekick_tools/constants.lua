@@ -50,6 +50,22 @@ M.highlights = {
   SidekickOutputEnd = "Comment",
 }
 
+--- The tools a model may call (DESIGN §7; the host's tools/ REGISTRY, which a
+--- unit test holds this list to): what auto_accept.tools may name.
+M.tools = {
+  "run_terminal_command",
+  "read_files",
+  "list_directory",
+  "write_file",
+  "replace_in_file",
+  "use_agent",
+  "await_task",
+  "halt_task",
+  "task_status",
+  "task_output",
+  "list_tasks",
+}
+
 --- File names of chat buffers (a Lua pattern).
 M.chat_pattern = "%.sidekick%.md$"
 

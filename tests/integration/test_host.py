@@ -261,6 +261,36 @@ def test_setup_rejects_wrong_values_with_the_options_name(editor, opts, said):
     assert editor.lua("return require('sidekick_tools.config').current.result.max_lines") == 200
 
 
+@pytest.mark.parametrize(
+    ("tools", "said"),
+    [
+        # a misspelt tool: nothing was said, and that tool asked every time
+        (
+            ["read_files", "read_file"],
+            'option auto_accept.tools: "read_file" is no tool (tools: await_task, ',
+        ),
+        # listed, these two still asked: the safe commands and each agent decide them
+        (
+            ["run_terminal_command"],
+            "option auto_accept.tools: run_terminal_command is not decided by this list "
+            "(auto_accept.safe_commands and auto_accept.policy are)",
+        ),
+        (
+            ["use_agent"],
+            "option auto_accept.tools: use_agent is not decided by this list "
+            "(agents.NAME.auto_accept and auto_accept.policy are)",
+        ),
+    ],
+)
+def test_setup_says_an_auto_accept_tool_it_cannot_honour(editor, tools, said):
+    lines = setup_errors(editor, {"auto_accept": {"tools": tools}})
+    assert any(line.startswith(said) for line in lines), lines
+    default = editor.lua("return require('sidekick_tools.config').defaults().auto_accept.tools")
+    assert editor.lua("return require('sidekick_tools.config').current.auto_accept.tools") == (
+        default
+    )
+
+
 def test_setup_never_raises_and_says_every_wrong_option_at_once(editor):
     """`tasks.max_concurrent = 0` raised E5113 with a traceback that ended the
     user's init.lua there, and only the first wrong option was said."""

@@ -3,6 +3,7 @@ M.options) is in sync with it: the Python defaults and the help's option list.""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -51,3 +52,11 @@ def test_the_check_sees_a_stale_file(tmp_path):
     assert run.returncode == 1
     assert "stale: " + str(package / "defaults.json") in run.stdout
     assert "sidekick_tools.txt" not in run.stdout  # the help was in sync
+
+
+def test_the_tools_setup_checks_auto_accept_tools_against_are_the_hosts():
+    from sidekick_tools.tools import REGISTRY
+
+    lua = ROOT / "lua" / "sidekick_tools" / "constants.lua"
+    listed = re.search(r"M\.tools = \{([^}]*)\}", lua.read_text()).group(1)
+    assert sorted(re.findall(r'"(\w+)"', listed)) == sorted(REGISTRY)
