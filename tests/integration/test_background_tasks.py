@@ -472,3 +472,35 @@ def test_a_chat_saved_under_another_name_gets_its_result_when_reopened(editor):
     editor.nvim.command(f"edit {new}")
     out = editor.wait_text("```result id=r status=completed exit=0")
     assert "reopened-ok" in out
+
+
+def test_a_wiped_chat_gets_its_result_when_reopened_and_is_said_once(editor):
+    """:bwipeout of a chat whose task runs: the result could not be written
+    (the buffer is gone), and that was said as "an internal error (see the
+    host log)". It is said once, as a chat no longer loaded, and the saved chat
+    gets the result when opened again, as after :bdelete."""
+    editor.setup(tasks={"hybrid_threshold": 0.2})
+    marker = editor.workdir / "release"
+    path = editor.workdir / "w.sidekick.md"
+    editor.open_chat(HEAD + call("r", wait_cmd(marker, "echo wiped-ok")), name=path.name)
+    editor.run_tool(5)
+    editor.wait_text("```result id=r status=running task=")
+    editor.nvim.command("write")
+    editor.nvim.command("enew | bwipeout #")
+    token = task_of(editor, "r")["id"]
+    marker.write_text("")
+    said = wait_for(lambda: [n for n in editor.notifications() if "not written" in n] or None)
+    wait_for(
+        lambda: (
+            editor.lua("return require('sidekick_tools').get_task(...)", token)["status"]
+            == "completed"
+        )
+    )
+    # a later request: what the host had to say about the task has reached Neovim
+    editor.lua("return require('sidekick_tools.host').request('ping')")
+    said = [n for n in editor.notifications() if "not written" in n]
+    assert len(said) == 1, said
+    assert "internal error" not in said[0] and "no longer loaded" in said[0], said
+    editor.nvim.command(f"edit {path}")
+    out = editor.wait_text("```result id=r status=completed exit=0")
+    assert "wiped-ok" in out

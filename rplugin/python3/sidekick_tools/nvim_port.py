@@ -142,7 +142,7 @@ class NvimPort:
             self._attaching[buf] = []
             self._detached.discard(buf)
             try:
-                if not attached and not await self.call("nvim_buf_attach", buf, False, {}):
+                if not attached and not await self._attach(buf):
                     return None
                 snap = await self.lua("return require('sidekick_tools.bridge').snapshot(...)", buf)
             finally:  # answered or failed (a buffer wiped meanwhile): its events go on
@@ -162,6 +162,17 @@ class NvimPort:
             mirror.on_lines(tick, first, last, data)
         self.mirrors[buf] = mirror
         return mirror
+
+    async def _attach(self, buf: int) -> bool:
+        """Watch `buf`'s changes; False when it is not loaded. A wiped buffer
+        (:bwipeout) is an error to nvim_buf_attach, an unloaded one a False:
+        both are a buffer gone, for the caller to say as such."""
+        try:
+            return bool(await self.call("nvim_buf_attach", buf, False, {}))
+        except Exception:
+            if await self.call("nvim_buf_is_loaded", buf):
+                raise
+            return False
 
     def on_notification(self, name: str, args: list[Any]) -> bool:
         """Handle buffer-update notifications; False if `name` is not one."""
