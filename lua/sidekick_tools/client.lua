@@ -399,11 +399,21 @@ local function say_exit()
     if config.current.tasks.kill_on_exit then
       table.insert(parts, "halting " .. plural(running, "running task") .. " (tasks.kill_on_exit)")
     else
-      local verb = running == 1 and " goes on" or " go on"
-      table.insert(
-        parts,
-        plural(running, "running task") .. verb .. " (tasks.kill_on_exit = false)"
-      )
+      local one = running == 1
+      local text = plural(running, "running task")
+        .. (one and " goes on" or " go on")
+        .. " (tasks.kill_on_exit = false)"
+      -- a memory store goes with the host: no later one can follow them
+      local ok, settings = pcall(host.request, "settings")
+      if ok and type(settings) == "table" and tostring(settings.store):match("^memory") then
+        text = text
+          .. (
+            one
+              and "; the memory store (tasks.store) forgets it: no Neovim will write its result into its chat"
+            or "; the memory store (tasks.store) forgets them: no Neovim will write their results into their chats"
+          )
+      end
+      table.insert(parts, text)
     end
   end
   if queued > 0 then

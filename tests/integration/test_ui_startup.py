@@ -220,6 +220,40 @@ def test_quitting_without_kill_on_exit_says_they_go_on(editor, tmp_path, ids, sa
         marker.write_text("")  # let them end
 
 
+@pytest.mark.parametrize(
+    ("ids", "said"),
+    [
+        (
+            "ab",
+            "2 running tasks go on (tasks.kill_on_exit = false); the memory store "
+            "(tasks.store) forgets them: no Neovim will write their results into their chats",
+        ),
+        (
+            "a",
+            "1 running task goes on (tasks.kill_on_exit = false); the memory store "
+            "(tasks.store) forgets it: no Neovim will write its result into its chat",
+        ),
+    ],
+)
+def test_quitting_without_kill_on_exit_on_the_memory_store_says_they_are_lost(
+    editor, tmp_path, ids, said
+):
+    """With tasks.store = "memory", the tasks that go on are forgotten with the
+    host: a chat reopened later shows "task T not found; not followed" and never
+    gets their results. Quitting said only that they go on."""
+    editor.setup(tasks={"kill_on_exit": False, "store": "memory"})
+    marker = editor.workdir / "release"
+    start_background(editor, marker, ids)
+    notes = tmp_path / "notes.txt"
+    record_notes_to(editor, notes)
+    try:
+        quit_editor(editor)
+        wait_for(lambda: notes.exists() and notes.read_text())
+        assert notes.read_text() == f"sidekick_tools: Neovim is exiting: {said}\n"
+    finally:
+        marker.write_text("")  # let them end
+
+
 def test_quitting_with_nothing_running_says_nothing(editor, tmp_path):
     editor.setup()
     editor.open_chat(chat(call_block("run_terminal_command", {"command": "echo a"}, "a")))

@@ -131,9 +131,14 @@ class Host:
     @rpc.request
     def rpc_settings(self) -> Any:
         """The configuration the host works with, and the task engine's settings
-        in force (:checkhealth, and tests that setup() reached the host)."""
+        in force (:checkhealth, and tests that setup() reached the host), and
+        the kind of store in use ("sqlite", "memory" or the memory fallback)."""
         assert self.config is not None and self.tasks is not None
-        return {"config": dataclasses.asdict(self.config), "tasks": self.tasks.settings()}
+        return {
+            "config": dataclasses.asdict(self.config),
+            "tasks": self.tasks.settings(),
+            "store": self.store_kind,
+        }
 
     def _report_config_problems(self, config: Config) -> None:
         """Entries of auto_accept that cannot be used (they approve nothing): say so."""
