@@ -9,9 +9,10 @@ from typing import Any
 
 from sidekick_tools.buffers import BufferMirror
 from sidekick_tools.calls.context import CallContext
-from sidekick_tools.calls.marking import CallMarks
+from sidekick_tools.calls.marking import CallMarks, UserError
 from sidekick_tools.calls.registry import CallRegistry
 from sidekick_tools.config import Config
+from sidekick_tools.tasks.model import Task, TaskStatus
 
 BUF = 1
 
@@ -261,3 +262,46 @@ def test_locate_reads_a_respaced_body_as_the_chat_reads_it():
         lines + block("run_terminal_command", '{"command": "sleep 9", "async": true}', "c1")
     )
     assert locate(chat, "c1", -1, "run_terminal_command", typed) is None
+
+
+class Tasks:
+    """The task engine as far as a refusal goes: the tasks there are."""
+
+    def __init__(self, **status: str) -> None:
+        self.tasks = {token: Task(id=token, status=TaskStatus(s)) for token, s in status.items()}
+
+    def get(self, token: str) -> Task | None:
+        return self.tasks.get(token)
+
+
+def refusal(tracked_state: dict[str, Any], tasks: Tasks | None) -> str:
+    """What :SidekickRunTool says of call c1, followed in the state given."""
+    port = Port(["ASSISTANT: ok", ""] + block("run_terminal_command", '{"command": "ls"}', "c1"))
+    registry = CallRegistry(port)
+    ctx = CallContext(port, registry, tasks=tasks, config=Config.from_dict({}))
+    tracked = registry.follow(BUF, "c1", "run_terminal_command", "chat.sidekick.md", 1)
+    registry.bind(tracked, "abc123")
+    for key, value in tracked_state.items():
+        setattr(tracked, key, value)
+    call = port.mirrors[BUF].chat().calls[0]
+    try:
+        CallMarks(ctx, writer=None).refuse_busy(BUF, call)
+    except UserError as e:
+        return str(e)
+    return "started"
+
+
+def test_a_call_whose_task_just_ended_is_not_said_to_be_running():
+    """Run again in the moment between its task's end and its result's write, a
+    call is refused (its result is coming), but not as running: that task is over."""
+    running = refusal({"state": "running"}, Tasks(abc123="running"))
+    assert running.startswith("sidekick_tools: c1 is already running as task abc123")
+    for state, tasks in [
+        ({"state": "running"}, Tasks(abc123="completed")),  # a foreground task ended
+        ({"state": "running", "background": True, "finishing": True}, Tasks(abc123="failed")),
+        ({"state": "running", "finishing": True}, None),
+    ]:
+        said = refusal(state, tasks)
+        assert said == (
+            "sidekick_tools: c1 has just ended as task abc123; its result is being written"
+        ), state

@@ -71,9 +71,18 @@ class CallMarks:
         if tracked.answering:
             raise UserError(f"sidekick_tools: {call.call_id} is already denied")
         what = f" as task {tracked.token}" if tracked.token else ""
+        if tracked.finishing or self._ended(tracked.token):
+            raise UserError(
+                f"sidekick_tools: {call.call_id} has just ended{what}; its result is being written"
+            )
         raise UserError(
             f"sidekick_tools: {call.call_id} is already running{what}; :SidekickHalt stops it"
         )
+
+    def _ended(self, token: str | None) -> bool:
+        """Whether task `token` has ended (its result not written yet)."""
+        task = self.ctx.tasks.get(token) if token and self.ctx.tasks is not None else None
+        return task is not None and task.terminal
 
     async def prepare(self, buf: int, call: ToolCall) -> Tracked | None:
         """Give the call an id (if hand-written without one) and an extmark; follow it."""
