@@ -778,6 +778,32 @@ function M.unknown_kinds(current)
   return out
 end
 
+--- chat.model when it names a provider chat.providers does not have (the
+--- providers were configured, the default model left): one line, or nil.
+--- Said by setup() as a warning: a chat's front matter may name another model.
+--- No providers at all is no chat, not a mistake.
+---@return string|nil
+function M.model_without_provider(current)
+  local chat = (current or M.current).chat or {}
+  local provider = type(chat.model) == "string" and chat.model:match("^([^/]+)/")
+  local providers = chat.providers
+  if not provider or type(providers) ~= "table" or next(providers) == nil then
+    return nil
+  end
+  if providers[provider] ~= nil then
+    return nil
+  end
+  local names = vim.tbl_map(tostring, vim.tbl_keys(chat.providers))
+  table.sort(names)
+  return string.format(
+    'chat.model is "%s", but chat.providers has no "%s" (configured: %s): '
+      .. "new chats and chats without a model in their front matter cannot send",
+    chat.model,
+    provider,
+    table.concat(names, ", ")
+  )
+end
+
 --- Put `user` options in force. Returns them, the unknown names in `user`
 --- (M.unknown), which are left out, and what is wrong with the options given
 --- a wrong value (M.resolve), which keep their defaults.

@@ -83,6 +83,7 @@ function M.setup(opts)
     )
   end
   local kinds = config.unknown_kinds()
+  table.insert(kinds, config.model_without_provider())
   if #kinds > 0 then -- a warning: the other providers work
     vim.notify(
       "sidekick_tools: setup(): "

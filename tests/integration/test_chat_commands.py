@@ -287,6 +287,23 @@ def test_setup_warns_of_a_provider_kind_it_does_not_speak(editor):
     assert editor.lua("return require('sidekick_tools.config').current.chat.model") == "good/m"
 
 
+def test_setup_warns_of_a_model_whose_provider_is_not_configured(editor):
+    """Providers configured and chat.model left at its default (an "anthropic/"
+    model): the first sign was :SidekickChat or :SidekickSend failing. setup()
+    now says it, as a warning (a chat's front matter may name a configured model),
+    and a model whose provider is there is not warned of."""
+    local = {"local_": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1"}}
+    said = editor.lua(SETUP_SAID, {"chat": {"providers": local}})[2]
+    assert [msg for msg, level in said if level == 4] == []
+    assert [msg for msg, level in said if level == 3] == [
+        'sidekick_tools: setup(): chat.model is "anthropic/claude-sonnet-4-5", but '
+        'chat.providers has no "anthropic" (configured: local_): new chats and chats '
+        "without a model in their front matter cannot send (:h sidekick_tools-chat-providers)"
+    ]
+    said = editor.lua(SETUP_SAID, {"chat": {"providers": local, "model": "local_/llama"}})[2]
+    assert said == []
+
+
 # --- :SidekickModel ------------------------------------------------------------------------
 
 
