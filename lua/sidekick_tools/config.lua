@@ -694,6 +694,16 @@ end
 function M.resolve(user)
   user = user or {}
   vim.validate({ opts = { user, "table" } })
+  if user.keymaps == false then
+    -- no chat keys at all; the plugin's own windows keep theirs (they are only there)
+    user = vim.tbl_extend("force", {}, user, { keymaps = {} })
+    for _, opt in ipairs(M.options) do
+      local key = opt[1]:match("^keymaps%.([^.]+)$")
+      if key then
+        user.keymaps[key] = false
+      end
+    end
+  end
   local merged = M.defaults()
   local problems, said = {}, {}
   for _, opt in ipairs(M.options) do

@@ -15,7 +15,7 @@ import pytest
 
 from tests import install_specs
 from tests.conftest import wait_for
-from tests.integration.conftest import ROOT, setup_errors
+from tests.integration.conftest import ROOT, SETUP_SAID, setup_errors
 
 pytestmark = pytest.mark.integration
 
@@ -432,6 +432,28 @@ def test_setup_again_takes_back_the_chat_keys_it_no_longer_configures(editor):
     assert maps.get(",ss") == "<Cmd>SidekickSend<CR>"  # the leader in force now
     assert ",sd" not in maps
     assert "\\sd" not in maps and "\\ss" not in maps and "\\sh" not in maps, maps
+
+
+def test_keymaps_false_turns_every_chat_key_off(editor):
+    """`keymaps = false`, as many plugins take it: no key in the chats, said
+    as no problem; the tasks window keeps its own keys (they are only there)."""
+    said = editor.lua(SETUP_SAID, {"keymaps": False})
+    assert said[0] and said[2] == [], said
+    editor.open_chat(CHAT)
+    maps = editor.lua(
+        "local out = {}\n"
+        "for _, m in ipairs(vim.api.nvim_buf_get_keymap(0, 'n')) do\n"
+        "  if (m.rhs or ''):find('Sidekick') then table.insert(out, m.lhs) end\n"
+        "end\n"
+        "return out"
+    )
+    assert maps == []
+    editor.nvim.command("SidekickTasks")
+    assert editor.lua("return vim.bo.filetype") == "sidekick_tasks"
+    keys = editor.lua(
+        "return vim.tbl_map(function(m) return m.lhs end, vim.api.nvim_buf_get_keymap(0, 'n'))"
+    )
+    assert "q" in keys and "x" in keys, keys
 
 
 def test_sidekick_install_installs_what_pyproject_names(editor):
