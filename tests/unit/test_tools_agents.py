@@ -9,6 +9,7 @@ import sys
 import pytest
 from sidekick_tools import tools
 from sidekick_tools.config import AgentConfig
+from sidekick_tools.tools import run_terminal_command as rtc
 from sidekick_tools.tools import use_agent as ua
 from sidekick_tools.tools.policy import decide
 
@@ -380,3 +381,20 @@ def test_a_summary_line_reading_stderr_stays_the_agents_answer_when_cut(tmp_path
         "boom1",
         "boom2",
     ]
+
+
+def test_an_agent_cancelled_before_it_started_is_said_as_a_command_would_be(tmp_path):
+    """Queued when Neovim exited, an agent's task never ran: its result said
+    "(the agent printed nothing)" above the reason, and in other words than a
+    command's ("[cancelled: ...]"); now only why, the way a command's does."""
+    from sidekick_tools.tasks.model import Task, TaskStatus
+
+    error = "Neovim exited before the task started"
+    agent = Task(id="abc123", tool="use_agent", status=TaskStatus.CANCELLED, reason="cancelled")
+    command = Task(id="def456", tool="run_terminal_command", status=TaskStatus.CANCELLED)
+    for task in (agent, command):
+        task.reason, task.error, task.log_dir = "cancelled", error, str(tmp_path / "gone")
+    said = ua.result_from_task(agent)
+    assert (said.status, said.body) == ("cancelled", f"[cancelled: {error}]")
+    assert said.body == rtc.result_from_task(command).body
+    assert "duration" not in said.fields  # it never ran

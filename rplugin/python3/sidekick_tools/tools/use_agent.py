@@ -171,16 +171,19 @@ def result_from_task(task: Any) -> ToolResult:
     """
     if _tasks.status_of(task) not in _tasks.TERMINAL:
         return rtc.running_result(task)
-    status, _, fields = rtc.final_status(task)
+    status, reason, fields = rtc.final_status(task)
 
     body = _tasks.summary(task).strip("\n")
     if not body.strip():
-        body = "(the agent printed nothing)"
+        # an agent that never started printed nothing either: the note says why
+        body = "(the agent printed nothing)" if task.started_at is not None else ""
     out, err = body, ""
     if _tasks.status_of(task) != "completed":  # the summary may end with stderr's tail
         out, err = split_summary(body, stderr_summary(task))
     error = task.error
     note = f"[{error}]" if status != "completed" and error and str(error) not in body else ""
+    if note and reason == "cancelled":  # stopped by the plugin: as a command's result says it
+        note = f"[cancelled: {error}]"
     streams = Streams(out, err, note)
     return ToolResult(status, join_streams(out, err, note), fields, streams=streams)
 
