@@ -21,10 +21,12 @@ block. A tool call's body is its input as one line of JSON.
 
 Model text is written as it came, except where it would break the chat's
 structure: a line starting with a role marker, or opening a ```` ```sidekick ````
-note (the plugin's own, never sent), outside a code fence gets one leading
-space; a code fence left open at the end of a text block is closed; CRs become
-newlines; and blank lines around a text block are dropped (read back, a text
-block never has blank lines around it). The canonical form of a reply
+note (the plugin's own, never sent), a ```` ```tool ````, ```` ```result ```` or
+```` ```thinking ```` block (the reply's calls and thinking come as such, never
+as text), outside a code fence gets one leading space; a code fence left open
+at the end of a text block is closed; CRs become newlines; and blank lines
+around a text block are dropped (read back, a text block never has blank lines
+around it). The canonical form of a reply
 (:meth:`ReplyBuilder.turn`) applies the same rules, so re-reading the chat
 gives exactly the blocks the reply had.
 """

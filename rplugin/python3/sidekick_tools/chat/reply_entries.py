@@ -58,9 +58,10 @@ def shape_line(line: str, fence: int) -> tuple[str, int]:
         return line, fence
     if line.startswith("```"):
         info = line.lstrip("`")
-        # only the plugin writes its notes, and its call and result blocks: a
-        # model's calls are its native ones, never text shaped like a block
-        if info.split()[:1] in (["sidekick"], ["tool"], ["result"]):
+        # only the plugin writes its notes, its call and result blocks, and the
+        # model's thinking: a model's calls are its native ones, its thinking
+        # comes as thinking, never as text shaped like such a block
+        if info.split()[:1] in (["sidekick"], ["tool"], ["result"], ["thinking"]):
             return " " + line, 0
         return line, (0 if "`" in info else len(line) - len(info))
     if line.startswith(MARKERS):
