@@ -66,6 +66,17 @@ local KEY_FROM_COMMAND = PRELUDE
     "    print('cannot start: ' + str(e)); sys.exit()",
     "if not argv:",
     "    print('cannot start: no command'); sys.exit()",
+    -- a bare name on PATH's absolute entries only, as the host (programs.py):
+    -- an empty or relative entry names the working directory
+    "import os",
+    "if '/' not in argv[0]:",
+    "    dirs = [d for d in os.environ.get('PATH', os.defpath).split(os.pathsep) if d.startswith('/')]",
+    "    found = [os.path.join(d, argv[0]) for d in dirs]",
+    "    found = [f for f in found if os.path.isfile(f) and os.access(f, os.X_OK)]",
+    "    if not found:",
+    "        print('cannot start: ' + argv[0] + ' is not found on PATH (its empty and relative '",
+    "              'entries, which name the working directory, are not searched)'); sys.exit()",
+    "    argv[0] = found[0]",
     "try:",
     "    p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,",
     "                       stderr=subprocess.DEVNULL, timeout=float(sys.argv[2]))",

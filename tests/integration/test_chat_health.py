@@ -144,3 +144,21 @@ def test_checkhealth_resolves_providers_with_the_hosts_defaults(editor):
     check = "return require('sidekick_tools.provider_check')"
     assert editor.lua(check + ".DEFAULT_BASE_URLS") == settings.DEFAULT_BASE_URLS
     assert editor.lua(check + ".DEFAULT_API_KEYS") == settings.DEFAULT_API_KEYS
+
+
+def test_checkhealth_never_runs_a_key_command_the_project_holds(editor, tmp_path):
+    """A `cmd:` key's program is looked up in PATH's absolute entries only, as
+    the host does: with an empty entry in PATH (`PATH=...:`), the child that
+    tries the key would run a `sidekick-key` of the working directory."""
+    marker = tmp_path / "project-key-ran"
+    script = editor.workdir / "sidekick-key"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\necho sk-from-the-project\n")
+    script.chmod(0o755)
+    editor.lua("vim.env.PATH = ':' .. vim.env.PATH")
+    providers = {
+        "p": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "api_key": "cmd:sidekick-key"}
+    }
+    editor.setup(chat={"model": "p/m", "providers": providers})
+    chat = section(health(editor), "sidekick_tools: chat")
+    assert not marker.exists()
+    assert level(chat, "provider p:", "`sidekick-key`", "not found on PATH") == "WARNING"

@@ -57,3 +57,22 @@ async def test_command_failures_say_why_without_the_output(tmp_path):
 async def test_command_timeout_kills_it():
     with pytest.raises(KeyUnavailable, match="did not finish within 0.2 s"):
         await resolve_key("cmd:sleep 30", timeout=0.2)
+
+
+async def test_a_key_command_is_never_one_the_project_holds(tmp_path, monkeypatch):
+    """`cmd:pass show x` runs the `pass` of an absolute PATH entry: an empty or
+    relative entry names the working directory (the host's, the editor's),
+    where a cloned repository may hold a `pass` of its own."""
+    project, bin_dir = tmp_path / "project", tmp_path / "bin"
+    project.mkdir()
+    bin_dir.mkdir()
+    for where, who in ((project, "project"), (bin_dir, "user")):
+        script = where / "pass"
+        script.write_text(f"#!/bin/sh\necho key-from-{who}\n")
+        script.chmod(0o700)
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("PATH", f":.:{bin_dir}:/usr/bin:/bin")
+    assert await resolve_key("cmd:pass show x") == "key-from-user"
+    (bin_dir / "pass").unlink()
+    with pytest.raises(KeyUnavailable, match="not found on PATH"):
+        await resolve_key("cmd:pass show x")

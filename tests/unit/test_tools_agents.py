@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import sys
 
@@ -305,6 +306,32 @@ async def test_missing_executable_fails_with_exit_code(tmp_path, manager):
     res = await TOOL.run({"agent": "fake", "message": "m"}, ctx)
     assert res.status == "failed"
     assert res.fields["exit"] == 127
+
+
+async def test_an_agent_program_is_never_one_the_project_holds(tmp_path, manager, monkeypatch):
+    """A bare program name is looked up on PATH's absolute entries only: an
+    empty or relative entry names the working directory, where a cloned
+    repository may hold a `myagent` of its own (the host's Python is found
+    the same way). The real one runs; with none outside, the call fails."""
+    work = tmp_path / "work"
+    work.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for where, who in ((work, "project"), (bin_dir, "user")):
+        script = where / "myagent"
+        script.write_text(f"#!/bin/sh\necho ran-{who} > {tmp_path}/ran-{who}\necho '> done'\n")
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f":.:{bin_dir}:{os.environ['PATH']}")
+    ctx = ctx_with(tmp_path, manager, mine=AgentConfig(cmd=["myagent", "--", "{message}"]))
+    res = await TOOL.run({"agent": "mine", "message": "hi"}, ctx)
+    assert res.status == "completed", res.body
+    assert (tmp_path / "ran-user").exists()
+    assert not (tmp_path / "ran-project").exists()
+    (bin_dir / "myagent").unlink()
+    res = await TOOL.run({"agent": "mine", "message": "hi"}, ctx)
+    assert res.status == "failed"
+    assert "myagent" in res.body and "PATH" in res.body
+    assert not (tmp_path / "ran-project").exists()
 
 
 # ------------------------------------------------------------ auto-accept

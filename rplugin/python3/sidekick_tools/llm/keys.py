@@ -7,7 +7,9 @@ key was to come from, never what came out).
 
 ``cmd:`` runs the command without a shell (split like a shell would, no pipes,
 no expansion: predictable, and nothing in it is interpreted twice); write
-``cmd:sh -c '...'`` when a pipeline is needed. It gets no input, must finish within
+``cmd:sh -c '...'`` when a pipeline is needed. A bare program name is looked up
+in PATH's absolute entries only (`programs.find_program`): never in the working
+directory. It gets no input, must finish within
 10 s, and its first non-empty line of output, trimmed, is the key (``pass show``
 puts the secret on the first line and notes after it).
 """
@@ -18,6 +20,7 @@ import asyncio
 import os
 import shlex
 
+from ..programs import find_program, not_found
 from ..secrets_mask import mask
 from .errors import KeyUnavailable
 
@@ -65,9 +68,13 @@ async def _from_command(command: str, timeout: float) -> str:
     if not argv:
         raise KeyUnavailable('The api_key "cmd:" names no command: write cmd:pass show NAME')
     shown = mask(command.strip())
+    program = find_program(argv[0])
+    if program is None:
+        raise KeyUnavailable(f"The api_key command `{shown}` cannot run: {not_found(argv[0])}")
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv,
+            program,
+            *argv[1:],
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,

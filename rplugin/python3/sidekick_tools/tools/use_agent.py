@@ -22,6 +22,7 @@ import shlex
 from typing import Any
 
 from ..chat.render import join_streams
+from ..programs import find_program, not_found
 from ..tasks.on_exit_summarize import split_summary, stderr_summary
 from . import _fs, _tasks
 from . import run_terminal_command as rtc
@@ -96,11 +97,16 @@ class UseAgent:
                 f'agent "{name}": working directory {cwd} {what}', reason="bad_config"
             )
 
+        env = {str(k): str(v) for k, v in (agent.env or {}).items()}
+        program = find_program(str(agent.cmd[0]), env.get("PATH"))
+        if program is None:
+            return ToolResult.fail(
+                f'agent "{name}": {not_found(str(agent.cmd[0]))}', reason="bad_config"
+            )
         try:
-            command = build_command(agent.cmd, message)
+            command = build_command([program, *agent.cmd[1:]], message)
         except ValueError as e:
             return ToolResult.fail(f'agent "{name}": {e}', reason="bad_message")
-        env = {str(k): str(v) for k, v in (agent.env or {}).items()}
         env["SIDEKICK_AGENT"] = name
         timeout = params.get("timeout_seconds")
         spec = rtc.TaskSpec(
