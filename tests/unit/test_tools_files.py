@@ -394,6 +394,41 @@ async def test_write_file_replaces_and_keeps_mode(root, ctx):
     assert stat.S_IMODE(p.stat().st_mode) == 0o751
 
 
+@pytest.mark.parametrize("tool", ["write", "replace"])
+async def test_a_private_files_new_content_is_never_readable_by_others(
+    root, ctx, monkeypatch, tool
+):
+    """The new content goes to a temporary file beside the old one: made with
+    the umask's mode (0644) and given the old mode only after the write, it
+    let another user of the machine (watching the folder, inotify) open it and
+    read what was meant for a 0600 file (.env, a key)."""
+    p = root / ".env"
+    p.write_text("TOKEN=old\n")
+    p.chmod(0o600)
+    modes = []
+    real_fsync = _fs.os.fsync
+
+    def fsync(fd):  # the content is in the temporary file now
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            modes.append(stat.S_IMODE(st.st_mode))
+        real_fsync(fd)
+
+    monkeypatch.setattr(_fs.os, "fsync", fsync)
+    old = os.umask(0o022)
+    try:
+        if tool == "write":
+            res = await WRITE.run({"path": ".env", "content": "TOKEN=new\n"}, ctx)
+        else:
+            res = await REPLACE.run({"path": ".env", "old": "old", "new": "new"}, ctx)
+    finally:
+        os.umask(old)
+    assert res.status == "completed", res.body
+    assert p.read_text() == "TOKEN=new\n"
+    assert modes and all(mode & 0o077 == 0 for mode in modes), [oct(m) for m in modes]
+    assert stat.S_IMODE(p.stat().st_mode) == 0o600
+
+
 async def test_write_file_is_atomic_rename(root, ctx):
     p = root / "f.txt"
     p.write_text("old")

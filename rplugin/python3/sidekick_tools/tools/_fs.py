@@ -74,8 +74,9 @@ def atomic_write(target: str, data: bytes) -> int | None:
     """Write ``data`` to ``target`` so readers see the old or the new file, never half.
 
     Creates missing parent directories. Writes a temporary file in the same
-    directory, fsyncs it, gives it the old file's permission bits (or the
-    umask default for a new file) and renames it over ``target``. A symlink
+    directory (readable by its owner alone while it is written, when it
+    replaces a file), fsyncs it, gives it the old file's permission bits (or
+    the umask default for a new file) and renames it over ``target``. A symlink
     at ``target`` is followed: the file it points to is replaced, not the link.
     Returns the previous size in bytes, or None when the file was created.
     """
@@ -92,11 +93,15 @@ def atomic_write(target: str, data: bytes) -> int | None:
         raise NotRegularFile()  # a FIFO or a device is not replaced by a file
 
     base = os.path.basename(target)
+    # 0o666 & ~umask for a new file, applied by the kernel. A file replaced
+    # gets its mode back once its new content is written: until then the
+    # temporary file is the owner's alone, or another user could open it (it
+    # appears beside the old file) and read what a 0600 file was to hold.
+    create_mode = 0o666 if old is None else 0o600
     while True:
         tmp = os.path.join(parent, f".{base}.{secrets.token_hex(4)}.tmp")
         try:
-            # 0o666 & ~umask for a new file, applied by the kernel.
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, create_mode)
             break
         except FileExistsError:
             continue
