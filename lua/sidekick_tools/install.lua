@@ -4,10 +4,15 @@
 -- Runs asynchronously; the editor stays usable and the result is reported.
 local M = {}
 
+-- The python3 the venv is made with: from an absolute PATH entry only, as the
+-- host's (host.search_path): exepath() takes an empty or "." entry for the
+-- working directory, and would run a python3 the project holds.
 local function base_python()
+  local host = require("sidekick_tools.host")
   for _, name in ipairs({ "python3", "python" }) do
-    if vim.fn.executable(name) == 1 then
-      return vim.fn.exepath(name)
+    local found = host.search_path(name)
+    if found then
+      return found
     end
   end
 end

@@ -388,6 +388,30 @@ def test_the_python_on_path_is_never_one_of_the_project(editors, monkeypatch, en
     assert not marker.exists(), marker.read_text()
 
 
+@pytest.mark.parametrize("entry", ["", "."])
+def test_sidekick_install_never_runs_a_python_of_the_project(editors, monkeypatch, entry):
+    """:SidekickInstall makes its venv with the python3 of an absolute PATH
+    entry, as the host's Python is found: an empty or `.` entry names the
+    working directory, where a repository may hold a python3 of its own."""
+    workdir = Path.cwd()
+    bin_dir = workdir.parent / "user-bin"
+    for folder, who in ((workdir, "project"), (bin_dir, "user")):
+        folder.mkdir(exist_ok=True)
+        fake = folder / "python3"  # leaves a mark and fails: no venv is made
+        fake.write_text(f"#!/bin/sh\ntouch {workdir.parent / who}\nexit 3\n")
+        fake.chmod(0o755)
+    monkeypatch.setenv("PATH", os.pathsep.join([entry, str(bin_dir), "/usr/bin", "/bin"]))
+    editor = editors()
+    editor.lua(
+        "_G.__install = nil\n"
+        "require('sidekick_tools.install').run(function(ok, msg) _G.__install = { ok, msg } end)"
+    )
+    res = wait_for(lambda: editor.lua("return _G.__install"))
+    assert res[0] is False
+    assert (workdir.parent / "user").exists()
+    assert not (workdir.parent / "project").exists()
+
+
 def test_keymaps_are_buffer_local_and_configurable(editor):
     editor.setup(keymaps={"run_tool": "<F5>", "halt": False})
     editor.open_chat(CHAT)
