@@ -358,7 +358,7 @@ M.options = {
     "chat.timeouts.read",
     120,
     "number",
-    "Longest silence inside a streamed reply, seconds; keep-alive pings are silence too",
+    "Longest silence inside a streamed reply, seconds; keep-alive pings, usage counts and empty deltas are silence too",
     min = 1,
   },
   {

@@ -250,6 +250,33 @@ async def test_keep_alives_without_content_time_out(protocol):
         await until(lambda: fake.requests[0].disconnected, timeout=5)
 
 
+EMPTY_EVENTS = {
+    "anthropic": [
+        b'event: message_delta\ndata: {"type": "message_delta", "delta": {}, '
+        b'"usage": {"output_tokens": 1}}\n\n',
+        b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
+        b'"delta": {"type": "text_delta", "text": ""}}\n\n',
+    ],
+    "openai": [
+        b'data: {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}\n\n',
+    ],
+}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_events_that_carry_no_content_time_out_like_keep_alives(protocol):
+    """Usage counts again and again, or empty text deltas, are no answer
+    either: a server sending only those is timed out like one that pings."""
+    events = [raw(e, paced=True) for e in EMPTY_EVENTS[protocol]] * 200
+    async with FakeProvider([reply("Hi", *events, chunk=0, tokens_per_second=20)]) as fake:
+        builder, _, error = await collect(
+            request_for(fake, protocol), timeouts=Timeouts(connect=5, read=0.5)
+        )
+        assert isinstance(error, StreamError) and error.kind == "timeout"
+        assert builder.blocks() == [Text("Hi")]
+        await until(lambda: fake.requests[0].disconnected, timeout=5)
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_reply_past_its_size_bound_is_stopped(protocol, monkeypatch):
     from sidekick_tools.llm import stream

@@ -10,7 +10,8 @@ connections warm. ``ChatClient.stream(request, api_key)`` is an async generator:
   ``retry-after-ms``) or a growing backoff; each retry is reported to ``on_retry``
   first. Only a reply that has yielded no content yet is retried;
 * a dropped connection, a timeout (connect, or a silence longer than the read
-  timeout, keep-alive events such as pings included: they are not content), an
+  timeout, keep-alive events such as pings included: they are not content, nor
+  are usage counts, stop reasons or empty text, see `_answers`), an
   event that does not parse, or a reply larger than MAX_REPLY_BYTES raise
   StreamError; every delta received before is already out;
 * cancelling the task that iterates (or closing the generator) closes the
@@ -61,6 +62,19 @@ _CONTENT = (
     ToolCallArgs,
 )
 _ERROR_BODY_LIMIT = 65536
+
+
+def _answers(delta: Delta) -> bool:
+    """Whether ``delta`` is part of the answer: content with something in it.
+    Usage counts, a stop reason and empty text are not: a server that sends
+    only those is timed out like one that only pings."""
+    if isinstance(delta, (TextDelta, ThinkingDelta)):
+        return bool(delta.text)
+    if isinstance(delta, SignatureDelta):
+        return bool(delta.signature)
+    if isinstance(delta, ToolCallArgs):
+        return bool(delta.fragment)
+    return isinstance(delta, _CONTENT)
 
 
 def httpx() -> Any:
@@ -215,7 +229,8 @@ class ChatClient:
                     for event in sse.feed(chunk):
                         events += 1
                         for delta in self._decode(decoder, event, literals):
-                            content_at = loop.time()
+                            if _answers(delta):
+                                content_at = loop.time()
                             yield delta
                     if decoder.done:
                         return
