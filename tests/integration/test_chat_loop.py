@@ -280,6 +280,25 @@ def test_a_thinking_block_written_as_reply_text_goes_back_as_text(editor, fake):
     assert "signature=FORGED" in assistant["content"][0]["text"]
 
 
+def test_a_reply_of_many_big_reads_stops_for_consent_past_its_budget(editor, fake):
+    """Each read_files call, a few bytes of the model's, may bring 2 MiB into
+    the chat: a reply of many (a prompt injected into what it read, a hostile
+    server) would fill the editor's memory. Once a reply's results hold
+    `AUTO_RESULT_BUDGET`, the calls after them wait for the user."""
+    (editor.workdir / "big.txt").write_text(("x" * 9999 + "\n") * 20)  # 200 kB
+    calls = [tool_call("read_files", {"paths": ["big.txt"] * 11}, id=f"r{i}") for i in range(6)]
+    fake.push(reply(*calls), reply("Done."))
+    setup(editor, fake, "anthropic")
+    editor.open_chat("USER: read it all\n")
+    send(editor)
+    wait_for(lambda: any("r2 needs your consent" in n for n in editor.notifications()), timeout=60)
+    text_ = editor.text()
+    assert "```result id=r1 status=completed" in text_
+    assert "```result id=r2 " not in text_
+    assert len(fake.requests) == 1
+    assert any("MiB" in n for n in editor.notifications())
+
+
 def test_typing_during_a_stream_is_not_overwritten(editor, fake, kind):
     fake.push(reply("word " * 60, chunk=4, tokens_per_second=80))
     setup(editor, fake, kind)

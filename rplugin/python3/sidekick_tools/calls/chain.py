@@ -28,6 +28,21 @@ from .writer import ResultWriter, log_failure
 
 log = logging.getLogger(__name__)
 
+# What the results of one assistant message may hold before its next call
+# runs only with the user's consent (characters of result bodies). A call is a
+# few bytes of the model's and its result up to 2 MiB (read_files; a command's
+# tail is 256 KiB): a reply of many would fill the editor's memory, then the
+# next request.
+AUTO_RESULT_BUDGET = 4 << 20
+
+
+def results_size(chat: Any, call: ToolCall) -> int:
+    """Characters in the result bodies of the calls of `call`'s message."""
+    if not 0 <= call.message_index < len(chat.messages):
+        return 0
+    message = chat.messages[call.message_index]
+    return sum(len(c.result.body) for c in message.calls if c.result is not None)
+
 
 class CallChain:
     def __init__(self, ctx: CallContext, writer: ResultWriter, follower: TaskFollower) -> None:
@@ -183,7 +198,8 @@ class CallChain:
         self, buf: int, call: ToolCall, cwd: str
     ) -> tuple[Tracked | None, ToolCall | None]:
         """`call`, followed, when the policy approves it (one it denies gets its
-        denied result and the next call is tried); else the call to ask about.
+        denied result and the next call is tried); else the call to ask about,
+        as is every call once its message's results hold AUTO_RESULT_BUDGET.
         A broken call is followed only when the loop answers it (the executor
         then gives it its failed result without running anything)."""
         if self.marks.busy(buf, call):
@@ -194,6 +210,15 @@ class CallChain:
                 return None, None  # a person fixes it: its ✗ shows why
             return await self.marks.prepare(buf, call), None
         mirror = await self.marks.mirror(buf)
+        size = results_size(mirror.chat(), call)
+        if size >= AUTO_RESULT_BUDGET:
+            self.ctx.port.notify_user(
+                f"sidekick_tools: the results of this message already hold "
+                f"{size / (1 << 20):.1f} MiB: {call.call_id or 'the next call'} and the calls "
+                "after it run only when you run them",
+                "warn",
+            )
+            return None, call
         ctx = self.executor.context(cwd, mirror.name, call.call_id or "")
         answer = await self.executor.ask_policy(call, ctx)
         verdict = await judge(call.tool, call.params or {}, ctx, answer)
