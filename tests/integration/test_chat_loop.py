@@ -299,6 +299,27 @@ def test_a_reply_of_many_big_reads_stops_for_consent_past_its_budget(editor, fak
     assert any("MiB" in n for n in editor.notifications())
 
 
+def test_a_reply_of_very_many_calls_stops_for_consent_past_its_count(editor, fake):
+    """Small results add up too: a reply of thousands of calls (a few bytes
+    each, in a reply of up to 16 MiB) would write each one's result into the
+    chat in turn, for minutes. After `AUTO_CALL_LIMIT` results in a message,
+    its next call waits for the user, broken ones included."""
+    calls = [
+        tool_call("no_such_tool" if i % 2 else "list_directory", {"path": "."}, id=f"l{i}")
+        for i in range(70)
+    ]
+    fake.push(reply(*calls), reply("Done."))
+    setup(editor, fake, "anthropic")
+    editor.open_chat("USER: look around\n")
+    send(editor)
+    wait_for(lambda: any("l64 needs your consent" in n for n in editor.notifications()))
+    text_ = editor.text()
+    assert "```result id=l62 status=completed" in text_
+    assert "```result id=l63 status=failed" in text_
+    assert "```result id=l64 " not in text_
+    assert len(fake.requests) == 1
+
+
 def test_typing_during_a_stream_is_not_overwritten(editor, fake, kind):
     fake.push(reply("word " * 60, chunk=4, tokens_per_second=80))
     setup(editor, fake, kind)

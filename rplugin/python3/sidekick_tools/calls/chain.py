@@ -34,14 +34,23 @@ log = logging.getLogger(__name__)
 # tail is 256 KiB): a reply of many would fill the editor's memory, then the
 # next request.
 AUTO_RESULT_BUDGET = 4 << 20
+# And how many results it may hold: small ones add up too (a reply of up to
+# 16 MiB holds a hundred thousand calls, each result written in turn).
+AUTO_CALL_LIMIT = 64
 
 
-def results_size(chat: Any, call: ToolCall) -> int:
-    """Characters in the result bodies of the calls of `call`'s message."""
+def over_budget(chat: Any, call: ToolCall) -> str | None:
+    """Why `call` may no longer run unasked: what the results of its message
+    hold already (AUTO_RESULT_BUDGET, AUTO_CALL_LIMIT); None while it may."""
     if not 0 <= call.message_index < len(chat.messages):
-        return 0
-    message = chat.messages[call.message_index]
-    return sum(len(c.result.body) for c in message.calls if c.result is not None)
+        return None
+    results = [c.result for c in chat.messages[call.message_index].calls if c.result is not None]
+    size = sum(len(r.body) for r in results)
+    if size >= AUTO_RESULT_BUDGET:
+        return f"the results of this message already hold {size / (1 << 20):.1f} MiB"
+    if len(results) >= AUTO_CALL_LIMIT:
+        return f"this message already has {len(results)} results"
+    return None
 
 
 class CallChain:
@@ -199,26 +208,26 @@ class CallChain:
     ) -> tuple[Tracked | None, ToolCall | None]:
         """`call`, followed, when the policy approves it (one it denies gets its
         denied result and the next call is tried); else the call to ask about,
-        as is every call once its message's results hold AUTO_RESULT_BUDGET.
+        as is every call once its message's results hold AUTO_RESULT_BUDGET
+        or number AUTO_CALL_LIMIT.
         A broken call is followed only when the loop answers it (the executor
         then gives it its failed result without running anything)."""
         if self.marks.busy(buf, call):
             return None, None  # it runs, or its answer is on its way
+        why = over_budget((await self.marks.mirror(buf)).chat(), call)
+        if why is not None:
+            self.ctx.port.notify_user(
+                f"sidekick_tools: {why}: {call.call_id or 'the next call'} and the calls "
+                "after it run only when you run them",
+                "warn",
+            )
+            return None, call
         problem = call_problem(call)
         if problem:
             if call.structural or not self.answers_broken(buf):
                 return None, None  # a person fixes it: its ✗ shows why
             return await self.marks.prepare(buf, call), None
         mirror = await self.marks.mirror(buf)
-        size = results_size(mirror.chat(), call)
-        if size >= AUTO_RESULT_BUDGET:
-            self.ctx.port.notify_user(
-                f"sidekick_tools: the results of this message already hold "
-                f"{size / (1 << 20):.1f} MiB: {call.call_id or 'the next call'} and the calls "
-                "after it run only when you run them",
-                "warn",
-            )
-            return None, call
         ctx = self.executor.context(cwd, mirror.name, call.call_id or "")
         answer = await self.executor.ask_policy(call, ctx)
         verdict = await judge(call.tool, call.params or {}, ctx, answer)
