@@ -433,6 +433,33 @@ def test_a_long_line_is_compared_in_slices_never_character_by_character():
     assert Counted.reads == 0  # a line that grew at its end: one startswith
 
 
+def test_a_reply_of_many_calls_finds_each_call_without_a_search():
+    """Each delta of a call's input finds its entry at once: a search of the
+    reply's entries per delta made a reply of 40,000 calls (a few MiB from a
+    hostile or broken server) cost the host's loop 78 s, :SidekickStop
+    unanswered meanwhile."""
+
+    class Entries(list):
+        looked_at = 0
+
+        def index(self, value, *args):  # type: ignore[override]
+            found = list.index(self, value, *args)
+            Entries.looked_at += found + 1
+            return found
+
+    renderer = ReplyRenderer()
+    renderer.reply.entries = Entries()
+    n = 400
+    for i in range(n):
+        renderer.feed(ToolCallStart(i, f"c{i}", "list_directory"))
+        renderer.feed(ToolCallArgs(i, '{"path": '))
+        renderer.feed(ToolCallArgs(i, '"."}'))
+        renderer.feed(ToolCallEnd(i))
+    renderer.finish()
+    assert [c.call_id for c in renderer.reply.tool_calls] == [f"c{i}" for i in range(n)]
+    assert Entries.looked_at <= 4 * n
+
+
 def test_appending_to_a_line_is_a_small_edit_with_byte_columns():
     edit = diff_edit(["ASSISTANT: hé"], ["ASSISTANT: héllo", "x"])
     assert edit == Edit(0, 14, 0, 14, ["llo", "x"])

@@ -94,7 +94,10 @@ class ReplyBuilder:
         self.usage = Usage()
         self.stop: Stop | None = None
         self.finished = False
-        self._tools: dict[int, ToolEntry] = {}
+        # each call's entry and its place in `entries` (which only grows), by
+        # the call's index: a delta finds it at once, never by a search of a
+        # reply that may hold tens of thousands of calls
+        self._tools: dict[int, tuple[ToolEntry, int]] = {}
         # call ids the chat holds already: a provider reusing one (a local
         # server numbering its calls per reply, a restarted one) would make a
         # block "Duplicate id" that nothing runs; it gets a fresh id instead
@@ -141,20 +144,17 @@ class ReplyBuilder:
             self._end_open()
             entry = ToolEntry(delta.index, delta.call_id, delta.name, self._taken)
             self._taken.add(entry.call_id)
-            self._tools[delta.index] = entry
+            self._tools[delta.index] = (entry, len(self.entries))
             self.entries.append(entry)
-        elif isinstance(delta, ToolCallArgs):
-            entry = self._tools.get(delta.index)
+        elif isinstance(delta, (ToolCallArgs, ToolCallEnd)):
+            entry, at = self._tools.get(delta.index) or (None, 0)
             if entry is None or entry.ended:
                 return None
-            entry.add(delta.fragment)
-            return self.entries.index(entry)
-        elif isinstance(delta, ToolCallEnd):
-            entry = self._tools.get(delta.index)
-            if entry is None or entry.ended:
-                return None
-            entry.end()
-            return self.entries.index(entry)
+            if isinstance(delta, ToolCallArgs):
+                entry.add(delta.fragment)
+            else:
+                entry.end()
+            return at
         elif isinstance(delta, UsageDelta):
             self.usage = self.usage.merged(delta.usage)
             return None
