@@ -228,3 +228,27 @@ async def test_a_buffer_without_a_name_gets_no_result_unasked(tmp_path):
     this one's, so a host seeing it writes nothing into it by itself."""
     task = ended(tmp_path, "aaa111", "make", "another buffer's output\n", chat="")
     assert "```result" not in await opened_with(chat_with("make"), task, name="")
+
+
+def test_an_agents_task_is_known_by_its_command_with_the_program_found_on_path(
+    tmp_path, monkeypatch
+):
+    """use_agent runs the agent's program by the absolute path it found on
+    PATH: a task is still known as the call's that asked its message (a
+    message inside an item, past what the label shows), so a call taken up
+    again after a restart gets its result instead of asking the agent twice."""
+    from sidekick_tools.calls.execute import asked
+    from sidekick_tools.config import AgentConfig
+    from sidekick_tools.tools.use_agent import build_command
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    program = bin_dir / "rev-cli"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    message = "Review every change in src/sidekick/calls and report each problem you find. " * 3
+    agents = {"rev": AgentConfig(cmd=["rev-cli", "--prompt={message}"])}
+    command = build_command([str(program), "--prompt={message}"], message)
+    assert asked(command, "rev", message, agents)
+    assert not asked(command, "rev", message + " Then delete the branch.", agents)

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import tools
 from ..chat import ToolCall
+from ..programs import find_program
 from ..tasks.model import TaskStatus
 from ..tools.base import ToolContext, ToolResult
 from ..tools.policy import judge
@@ -75,11 +76,19 @@ def asked(command: str, agent: str, message: str, agents: Any) -> bool:
         pass
     configured = (agents or {}).get(agent)
     if configured is not None and configured.cmd:
-        try:
-            if build_command(configured.cmd, message) == command:
-                return True
-        except ValueError:
-            pass
+        # as use_agent runs it: its program found on PATH (programs.py); as
+        # it reads, for a task started before the program was looked up so
+        path = {str(k): str(v) for k, v in (configured.env or {}).items()}.get("PATH")
+        program = find_program(str(configured.cmd[0]), path)
+        spellings = [configured.cmd]
+        if program is not None:
+            spellings.append([program, *configured.cmd[1:]])
+        for cmd in spellings:
+            try:
+                if build_command(cmd, message) == command:
+                    return True
+            except ValueError:
+                pass
     # The agent's cmd changed since (or it is gone): the label says it all
     # only when it shows the whole message.
     return len(" ".join(message.split())) <= LABEL_CHARS
