@@ -330,3 +330,33 @@ def test_a_question_names_where_a_path_really_leads_outside(root):
     )
     assert outside_note({"command": "ls", "cwd": "/"}, cwd) == " [outside the working directory: /]"
     assert outside_note({"paths": "../x"}, cwd) == outside_note(None, cwd) == ""
+
+
+@pytest.mark.parametrize("where", ["home", "above home", "root"])
+def test_nothing_is_approved_where_the_working_directory_holds_every_file(
+    tmp_path, monkeypatch, where
+):
+    """A Neovim started in ~ (or a GUI one in /): every file of the user's is
+    "inside" the working directory, keys and shell history included, so no
+    read, listing or command there runs unasked. A project folder under home
+    is unchanged, and the user's own policy function still decides."""
+    home = tmp_path / "home" / "me"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    (home / "project").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    cwd = {"home": home, "above home": home.parent, "root": "/"}[where]
+    key = str(home / ".ssh" / "id_rsa")
+    calls = [
+        ("read_files", {"paths": [key]}),
+        ("list_directory", {"path": str(home / ".ssh")}),
+        ("run_terminal_command", {"command": f"cat {key}"}),
+        ("run_terminal_command", {"command": "ls"}),
+    ]
+    ctx = make_ctx(cwd)
+    for name, params in calls:
+        assert decide(name, params, ctx) == "ask", (name, params)
+    assert decide("read_files", {"paths": [key]}, ctx, "approve") == "approve"
+    project = make_ctx(home / "project")
+    assert decide("run_terminal_command", {"command": "ls"}, project) == "approve"
+    assert decide("list_directory", {"path": "."}, project) == "approve"

@@ -70,6 +70,24 @@ def is_inside(path: str, cwd: str) -> bool:
     return target.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def too_broad(cwd: str) -> str | None:
+    """What ``cwd`` is when "inside it" says nothing: the root of the file
+    system, the home folder or a folder above it (every file of the user's is
+    inside, keys and shell history included); else None."""
+    try:
+        root = os.path.realpath(os.path.abspath(cwd))
+        home = os.path.realpath(os.path.expanduser("~"))
+    except (ValueError, OSError):
+        return "a folder that cannot be resolved"
+    if root == os.sep:
+        return "the root of the file system"
+    if home == root:
+        return "your home folder"
+    if home.startswith(root.rstrip(os.sep) + os.sep):
+        return "a folder above your home folder"
+    return None
+
+
 def atomic_write(target: str, data: bytes) -> int | None:
     """Write ``data`` to ``target`` so readers see the old or the new file, never half.
 

@@ -23,6 +23,10 @@
    default list, so writes are never auto-accepted unless the user adds them.
    A predicate that raises counts as false.
 
+Steps 3 and 5 approve nothing where the working directory itself is the root
+of the file system or the home folder (or above it): "inside" it is then every
+file of the user's (a Neovim started in ``~``, a GUI one in ``/``).
+
 Otherwise ``"ask"``: the call waits for the user (:SidekickRunTool).
 
 The host calls `judge`: the same answer, found away from its event loop where
@@ -42,6 +46,11 @@ from .base import ToolContext
 APPROVE = "approve"
 DENY = "deny"
 ASK = "ask"
+
+# tools approved only when where they act lies inside the working directory
+CONFINED = frozenset(
+    ("run_terminal_command", "read_files", "list_directory", "write_file", "replace_in_file")
+)
 
 
 def decide(
@@ -68,6 +77,10 @@ def decide_why(
         return ASK, None
 
     config = ctx.config
+    if tool_name in CONFINED:
+        broad = _fs.too_broad(ctx.cwd)
+        if broad is not None:
+            return ASK, (f"the working directory is {broad}: nothing runs there without asking")
     if tool_name == "use_agent":
         name = params.get("agent")
         agent = config.agents.get(name) if isinstance(name, str) else None
