@@ -67,6 +67,17 @@ def test_thinking_from_front_matter():
         parse_thinking("lots")
 
 
+@pytest.mark.parametrize("key", ["max_tokens", "thinking"])
+def test_a_number_too_long_to_read_is_said_as_a_front_matter_problem(key):
+    """Past 4,300 digits Python refuses to read a number (ValueError): the send
+    failed as an internal error instead of saying what is wrong in the chat."""
+    with pytest.raises(ConfigError, match=f"{key} is too large: 9999"):
+        build(["---", f"{key}: {'9' * 5000}", "---", "USER: hi"])
+    with pytest.raises(ConfigError, match=f"{key} is too large"):
+        build(["---", f"{key}: {'9' * 13}", "---", "USER: hi"])
+    assert build(["---", f"{key}: 0000000000000004096", "---", "USER: hi"])
+
+
 def test_front_matter_cannot_redirect_a_request():
     lines = ["---", "base_url: http://evil.example", "api_key: env:HOME", "---", "USER: hi"]
     request = build(lines)

@@ -139,6 +139,14 @@ def _float_or_none(value: Any) -> float | None:
         raise ConfigError(f"temperature must be a number, not {value!r}") from None
 
 
+def _whole(name: str, digits: str) -> int:
+    """A front matter's number of tokens; one past any model's reach is said as
+    such (Python refuses to read a number of over 4,300 digits at all)."""
+    if len(digits.lstrip("0")) > 12:
+        raise ConfigError(f"{name} is too large: {digits[:16]}… ({len(digits)} digits)")
+    return int(digits)
+
+
 def parse_thinking(value: Any) -> int | str | None:
     """``thinking`` as written in the config or a front matter: a token budget,
     ``adaptive``, or off (``off``, ``false``, ``0``, nothing)."""
@@ -154,7 +162,7 @@ def parse_thinking(value: Any) -> int | str | None:
     if text in ("adaptive", "on", "true", "yes"):
         return "adaptive"
     if _INT.fullmatch(text):
-        return int(text)
+        return _whole("thinking", text)
     raise ConfigError(
         f'thinking must be a token budget (e.g. 4096), "adaptive" or "off", not "{value}"'
     )
@@ -168,7 +176,7 @@ def request_options(config: ChatConfig, front: dict[str, str] | None) -> tuple[s
     if front.get("max_tokens"):
         if not _INT.fullmatch(front["max_tokens"].strip()):
             raise ConfigError(f'max_tokens must be a whole number, not "{front["max_tokens"]}"')
-        max_tokens = int(front["max_tokens"])
+        max_tokens = _whole("max_tokens", front["max_tokens"].strip())
     temperature = config.temperature
     if "temperature" in front:
         temperature = _float_or_none(front["temperature"])
