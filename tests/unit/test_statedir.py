@@ -63,3 +63,21 @@ def test_a_fallback_not_ours_alone_gives_a_fresh_directory(tmp_path):
         assert state.path not in (str(shared), str(link)) and state.told is False
         assert os.stat(state.path).st_mode & 0o777 == 0o700
         os.rmdir(state.path)
+
+
+def test_a_state_dir_another_user_owns_is_not_used(tmp_path, monkeypatch):
+    """A configured shared path (/tmp/sk-state) made first by another user: its
+    owner could read, replace or plant the logs and the database there. Seen
+    as that user's (this process's uid made to differ), it gives way to a fresh
+    folder of ours, and the reason says whose it is."""
+    from sidekick_tools import statedir
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    uid = os.getuid()
+    monkeypatch.setattr(statedir.os, "getuid", lambda: uid + 1)
+    state = open_state_dir(str(theirs), None)
+    monkeypatch.undo()
+    assert state.path != str(theirs)
+    assert state.problem == f"{theirs} is unusable (owned by another user)"
+    os.rmdir(state.path)

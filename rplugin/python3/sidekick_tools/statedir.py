@@ -6,6 +6,7 @@ host keeps working: tasks in memory, logs there."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import stat
@@ -34,8 +35,12 @@ def prepare_state_dir(path: str) -> None:
 
 
 def _prove_writable(path: str) -> None:
-    """`path` created 0700 and a file made in it; OSError when not."""
+    """`path` created 0700, ours, and a file made in it; OSError when not. A
+    folder another user made (a shared /tmp path in the config, made first by
+    them) would let them read, replace or plant the logs and the database."""
     prepare_state_dir(path)
+    if os.stat(path).st_uid != os.getuid():
+        raise PermissionError(errno.EPERM, "owned by another user")
     fd, probe = tempfile.mkstemp(dir=path, prefix=".writable-")
     os.close(fd)
     os.unlink(probe)
