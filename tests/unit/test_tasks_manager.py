@@ -879,3 +879,19 @@ async def test_a_renamed_chat_reads_its_tasks_output_on_from_where_it_was(
     assert rename_chat(m, "/c/old.md", "/c/new.md") == 1
     assert m.store.get_read_offset(task.id, "/c/new.md") == 7
     assert m.store.get_read_offset(task.id, "/c/new.md" + STDERR_KEY) == 3
+
+
+def test_without_proc_the_start_token_comes_from_the_systems_ps(tmp_path, monkeypatch):
+    """Where there is no /proc (macOS), a process's start is read from `ps`: the
+    system's, never a `ps` the project holds that an empty PATH entry (the
+    working directory) would find first."""
+    marker = tmp_path / "ran"
+    fake = tmp_path / "ps"
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\necho 'Mon Jan  1 00:00:00 2001'\n")
+    fake.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", ":" + os.environ["PATH"])
+    monkeypatch.setattr(identity, "IS_LINUX", False)
+    token = identity.start_token(os.getpid())
+    assert not marker.exists()
+    assert token is not None and token.startswith("lstart:") and "2001" not in token

@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+from ..programs import find_program
+
 IS_LINUX = sys.platform.startswith("linux")
 _boot_id: str | None = None
 
@@ -55,7 +57,8 @@ def start_token(pid: int, zombie_ok: bool = False) -> str | None:
         return f"{_linux_boot_id()}:{fields[19]}"
     try:
         out = subprocess.run(
-            ["ps", "-o", "lstart=", "-p", str(pid)],
+            # the system's ps, never one a relative PATH entry finds in the project
+            [find_program("ps") or "/bin/ps", "-o", "lstart=", "-p", str(pid)],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
