@@ -16,18 +16,17 @@ from . import __version__, rpc
 from .calls import CallRunner, UserError
 from .calls.follow import task_view
 from .config import Config
+from .halting import halt_answer
 from .nvim_port import NvimPort
 from .statedir import log_to_file, open_state_dir
 from .tasks.identity import owner_token
 from .tasks.manager import TaskManager
-from .tasks.model import NAMES, TERMINAL
+from .tasks.model import NAMES
 from .tasks.start import FALLBACK, start_manager
 from .tasks.store import StoreError
 from .tools import command_table
 
 log = logging.getLogger(__name__)
-
-HALT_ANSWER_WAIT = 0.1  # seconds :SidekickHalt may hold the editor before answering
 
 
 class Host:
@@ -248,41 +247,8 @@ class Host:
                 raise UserError(
                     "sidekick_tools: no task under the cursor; give a token: :SidekickHalt TOKEN"
                 )
-        task = self.tasks.get(token)
-        if task is None:
-            raise UserError(f"sidekick_tools: no task {token} (unknown or expired)")
-        status = task.status.value
-        if status in TERMINAL:
-            return {
-                "id": token,
-                "status": status,
-                "message": f"sidekick_tools: task {token} already {status}",
-            }
-        # The editor waits for this answer: never for the whole kill. A task that
-        # dies on SIGTERM is answered as ended; a stubborn one is reported as
-        # halting, and its end arrives through events (diagnostic, result block).
-        halting = asyncio.ensure_future(self.tasks.halt(token))
-        halting.add_done_callback(_log_failure)
-        try:
-            task = self.port.block_on(asyncio.wait_for(asyncio.shield(halting), HALT_ANSWER_WAIT))
-        except asyncio.TimeoutError:
-            # the user is told again when it has ended (the answer's SIGKILL may never come)
-            halting.add_done_callback(lambda fut: self._halted(token, fut))
-            grace = self.config.tasks.halt_grace if self.config else 0
-            return {
-                "id": token,
-                "status": "halting",
-                "message": f"sidekick_tools: halting task {token}: SIGTERM sent; SIGKILL in "
-                f"{grace:g}s if it is still running",
-            }
-        status = task.status.value
-        return {"id": token, "status": status, "message": f"sidekick_tools: task {token} {status}"}
-
-    def _halted(self, token: str, halting: asyncio.Future[Any]) -> None:
-        """A halt answered as "halting" has ended: say how the task ended."""
-        if not halting.cancelled() and halting.exception() is None:
-            status = halting.result().status.value
-            self.port.notify_user(f"sidekick_tools: task {token} {status}")
+        grace = self.config.tasks.halt_grace if self.config else 0
+        return halt_answer(self.tasks, self.port, token, grace)
 
     @rpc.request
     def rpc_list_tasks(self, opts: dict[str, Any] | None = None) -> Any:
@@ -393,11 +359,6 @@ def _list(value: Any) -> list[Any]:
 def _open_gate(gate: asyncio.Future[None]) -> None:
     if not gate.done():
         gate.set_result(None)
-
-
-def _log_failure(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled() and fut.exception() is not None:
-        log.error("background work failed", exc_info=fut.exception())
 
 
 def _message(exc: BaseException) -> str:
