@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -140,8 +141,15 @@ def test_twenty_tasks_against_max_concurrent_five(editor):
 
     statuses = wait_for(lambda: counts() if counts().count("running") == 5 else None)
     assert statuses.count("queued") == 15
-    queued = [d for d in editor.diagnostics() if d["message"].startswith("⧗")]
-    assert queued and "ahead" in queued[0]["message"]
+    # each queued call's place in the queue: set when its running block is in,
+    # drawn once that state has reached Neovim (after the text and the host's list)
+    ahead = re.compile(r"⧗ run_terminal_command \(queued, (\d+) ahead\)")
+
+    def places() -> list[int]:
+        found = (ahead.fullmatch(d["message"]) for d in editor.diagnostics())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    wait_for(lambda: places() == list(range(15)))
     marker.write_text("")
     wait_for(lambda: editor.text().count("status=completed exit=0") == 20, timeout=60)
     assert max_running_seen(editor) <= 5
