@@ -76,6 +76,7 @@ class CallChain:
         self, buf: int, row: int, cwd: str, gate: asyncio.Future[None] | None = None
     ) -> dict[str, Any]:
         mirror, call = await self.marks.call_at(buf, row, "of an ASSISTANT message")
+        self.refuse_streaming(buf, mirror, call)
         self.marks.refuse_busy(buf, call)
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
@@ -103,6 +104,7 @@ class CallChain:
                 "mean with :SidekickRunTool on it"
             )
         call = blocks[0]
+        self.refuse_streaming(buf, mirror, call)
         self.marks.refuse_busy(buf, call)
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
@@ -120,7 +122,8 @@ class CallChain:
         pending call of the message runs while it is auto-acceptable: the chat
         loop, stopped at the call for the user's answer, goes on. Not while a
         :SidekickRunTools batch holds calls of the chat: the batch runs them."""
-        _, call = await self.marks.call_at(buf, row, "to deny it")
+        mirror, call = await self.marks.call_at(buf, row, "to deny it")
+        self.refuse_streaming(buf, mirror, call)
         if call.result is not None:
             raise UserError(
                 f"sidekick_tools: {call.call_id} already has a result "
@@ -139,6 +142,20 @@ class CallChain:
         else:
             self.spawn(self._chain_after(tracked, answered, cwd))
         return {"id": tracked.call_id, "tool": tracked.tool}
+
+    def refuse_streaming(self, buf: int, mirror: Any, call: ToolCall) -> None:
+        """A call of the reply still streaming is not run nor denied: the calls
+        after it are not all there yet (a chain would run one half arrived),
+        and the reply's region is written whole when it ends, over any result
+        put inside it meanwhile."""
+        if not self.streaming(buf):
+            return
+        reply = mirror.chat().last_assistant()
+        if reply is not None and call.start_row >= reply.start_row:
+            raise UserError(
+                "sidekick_tools: a reply is still streaming into this chat; "
+                "run or deny its calls once it has ended"
+            )
 
     async def _chain_after(self, denied_call: Tracked, answered: Any, cwd: str) -> None:
         """The calls after a denied one, once its denial is in the chat."""

@@ -141,6 +141,7 @@ class DiagnosticScan:
 def _unfinished_dropped(chat: Any, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """While a reply streams, the calls of its message (the last assistant one)
     are not called broken: a call whose JSON is half in reads as malformed until
-    its input is complete. They are scanned again when the reply ends."""
+    its input is complete. Nor are they offered to run (▶): they are run or
+    denied once the reply has ended. They are scanned again when it ends."""
     rows = {c.start_row for c in chat.unanswered()}
-    return [i for i in items if not (i["row"] in rows and i["state"] == "failed")]
+    return [i for i in items if not (i["row"] in rows and i["state"] in ("failed", "pending"))]
