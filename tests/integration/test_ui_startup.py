@@ -201,47 +201,27 @@ def test_quitting_says_how_many_running_tasks_are_halted(editor, tmp_path):
     wait_for(lambda: statuses() == ["cancelled", "cancelled"])
 
 
-@pytest.mark.parametrize(
-    ("ids", "said"), [("ab", "2 running tasks go on"), ("a", "1 running task goes on")]
+FORGETS_THEM = (
+    "; the memory store (tasks.store) forgets them: no Neovim will write their results "
+    "into their chats"
 )
-def test_quitting_without_kill_on_exit_says_they_go_on(editor, tmp_path, ids, said):
-    editor.setup(tasks={"kill_on_exit": False})
-    marker = editor.workdir / "release"
-    start_background(editor, marker, ids)
-    notes = tmp_path / "notes.txt"
-    record_notes_to(editor, notes)
-    try:
-        quit_editor(editor)
-        wait_for(lambda: notes.exists() and notes.read_text())
-        assert notes.read_text() == (
-            f"sidekick_tools: Neovim is exiting: {said} (tasks.kill_on_exit = false)\n"
-        )
-    finally:
-        marker.write_text("")  # let them end
+FORGETS_IT = (
+    "; the memory store (tasks.store) forgets it: no Neovim will write its result into its chat"
+)
 
 
+@pytest.mark.parametrize("store", ["sqlite", "memory"])
 @pytest.mark.parametrize(
-    ("ids", "said"),
-    [
-        (
-            "ab",
-            "2 running tasks go on (tasks.kill_on_exit = false); the memory store "
-            "(tasks.store) forgets them: no Neovim will write their results into their chats",
-        ),
-        (
-            "a",
-            "1 running task goes on (tasks.kill_on_exit = false); the memory store "
-            "(tasks.store) forgets it: no Neovim will write its result into its chat",
-        ),
-    ],
+    ("ids", "said", "forgotten"),
+    [("ab", "2 running tasks go on", FORGETS_THEM), ("a", "1 running task goes on", FORGETS_IT)],
 )
-def test_quitting_without_kill_on_exit_on_the_memory_store_says_they_are_lost(
-    editor, tmp_path, ids, said
+def test_quitting_without_kill_on_exit_says_they_go_on(
+    editor, tmp_path, ids, said, forgotten, store
 ):
-    """With tasks.store = "memory", the tasks that go on are forgotten with the
-    host: a chat reopened later shows "task T not found; not followed" and never
-    gets their results. Quitting said only that they go on."""
-    editor.setup(tasks={"kill_on_exit": False, "store": "memory"})
+    """Quitting with tasks.kill_on_exit = false says the running tasks go on. On
+    the memory store they are forgotten with the host (a chat reopened later shows
+    "task T not found; not followed" and never gets their results): it says so."""
+    editor.setup(tasks={"kill_on_exit": False, "store": store})
     marker = editor.workdir / "release"
     start_background(editor, marker, ids)
     notes = tmp_path / "notes.txt"
@@ -249,7 +229,10 @@ def test_quitting_without_kill_on_exit_on_the_memory_store_says_they_are_lost(
     try:
         quit_editor(editor)
         wait_for(lambda: notes.exists() and notes.read_text())
-        assert notes.read_text() == f"sidekick_tools: Neovim is exiting: {said}\n"
+        lost = forgotten if store == "memory" else ""
+        assert notes.read_text() == (
+            f"sidekick_tools: Neovim is exiting: {said} (tasks.kill_on_exit = false){lost}\n"
+        )
     finally:
         marker.write_text("")  # let them end
 
