@@ -17,6 +17,8 @@ from sidekick_tools.calls.loop import Session
 from sidekick_tools.config import Config
 from sidekick_tools.tools.base import ToolResult
 
+from tests.conftest import until
+
 BUF = 1
 
 
@@ -222,18 +224,14 @@ async def test_a_send_during_a_batch_runs_the_calls_queued_in_it_first(monkeypat
     lines += ["USER: and then?"]
     runner, port, sent = runner_for(lines)
     await runner.batch.run_tools(BUF, "/")
-    for _ in range(100):
-        await asyncio.sleep(0)
-        if tool.started:
-            break
+    # c1 starts once the policy has judged it, in a worker thread: the first one
+    # a process starts takes more than a few loop turns
+    await until(lambda: tool.started)
     assert tool.started == [{"command": "make a"}]
     await runner.loop.send(BUF, "/")
     assert told(port, "c1, c2 still running") and sent == []
     tool.gate.set_result(None)
-    for _ in range(400):
-        await asyncio.sleep(0.005)
-        if sent:
-            break
+    await until(lambda: sent)
     text = "\n".join(port.mirrors[BUF].lines)
     assert "status=denied" not in text
     assert "ran make a" in text and "ran make b" in text
