@@ -159,6 +159,9 @@ class SyncClient:
         return self.start(tool, args).result(timeout)
 
     def close(self) -> None:
+        """Ends the session (its server exits); once only, later calls do nothing."""
+        if self.loop.is_closed():
+            return
         if self._stop is not None:
             self.loop.call_soon_threadsafe(self._stop.set)
         self._finish()

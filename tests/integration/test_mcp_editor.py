@@ -14,6 +14,7 @@ import pytest
 from sidekick_tools.tasks.store import SqliteStore
 
 from tests.conftest import live_members, wait_for
+from tests.integration.conftest import quit_nvim
 from tests.integration.mcp_helpers import (
     SyncClient,
     agent_cmd,
@@ -185,6 +186,31 @@ def test_a_running_neovim_takes_over_the_task_of_a_server_killed_meanwhile(edito
         return row if row.get("status") == "completed" else None
 
     assert wait_for(ended, timeout=20)["exit_code"] == 0
+
+
+def test_an_agents_task_kept_past_its_server_survives_the_neovim_that_took_it_over(editor, agent):
+    """mcp.kill_on_exit = false: the agent's task outlives its server, and a
+    Neovim that took it over (by listing it) halted it when it quit, by
+    tasks.kill_on_exit, which is about the editor's own tasks."""
+    editor.setup(mcp={"kill_on_exit": False})
+    marker = editor.workdir / "release"
+    client = agent()
+    text, _ = client.call("run", {"command": wait_cmd(marker, "echo kept"), "async": True})
+    token = head(text)["task"]
+    client.close()  # the client leaves: its server exits and leaves the task running
+
+    def taken_over():
+        all_tasks(editor)  # a listing takes stock of the tasks of owners gone
+        own = editor.lua("return require('sidekick_tools').list_tasks({})")
+        return token in [t["id"] for t in own]
+
+    wait_for(taken_over, timeout=20)
+    nvim_pid = editor.lua("return vim.fn.getpid()")
+    quit_nvim(editor)
+    wait_for(lambda: not os.path.exists(f"/proc/{nvim_pid}"), timeout=20)
+    marker.touch()
+    done, _ = agent().call("await", {"task": token})
+    assert head(done)["status"] == "completed" and head(done)["summary"] == "kept", done
 
 
 def test_neovims_own_tasks_reach_mcp_only_when_shared(editor, agent):

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from sidekick_tools.config import tasks_config
+from sidekick_tools.config import Config, tasks_config
 from sidekick_tools.tasks import groups, identity, spawn, wrapper
 from sidekick_tools.tasks.chat_rename import rename_chat
 from sidekick_tools.tasks.manager import TaskEvent, TaskManager, TaskNotFound, TaskSpec
@@ -434,6 +434,28 @@ async def test_shutdown_kill_halts_running_and_cancels_queued(tasks_state, tmp_p
     assert m.get(b.id).status is S.CANCELLED
     with pytest.raises(RuntimeError):
         await m.submit(spec("true"))
+
+
+@pytest.mark.parametrize("keep", ["mcp", "editor"])
+async def test_shutdown_halts_each_task_by_the_kill_on_exit_of_the_side_that_started_it(
+    tasks_state, tmp_path, keep
+):
+    """A Neovim that took over an MCP client's task halted it on exit by
+    tasks.kill_on_exit, though mcp.kill_on_exit = false had kept it running
+    (and an MCP server, a Neovim task kept by tasks.kill_on_exit = false)."""
+    config = Config.from_dict(
+        {"tasks": {"kill_on_exit": keep != "editor"}, "mcp": {"kill_on_exit": keep != "mcp"}}
+    )
+    m = make_manager(MemoryStore(), tasks_state)
+    cmd = "echo ready; sleep 1000"
+    agents = await m.submit(spec(cmd, cwd=str(tmp_path), chat="mcp:claude-code"))
+    editors = await m.submit(spec(cmd, cwd=str(tmp_path), chat="chat.sidekick.md"))
+    await until(lambda: "ready" in read(agents.log_path) and "ready" in read(editors.log_path))
+    await asyncio.wait_for(m.shutdown(kill=config.halts_on_exit), 5)
+    kept, halted = (agents, editors) if keep == "mcp" else (editors, agents)
+    assert live_members(halted.pid) == [] and m.get(halted.id).status is S.CANCELLED
+    assert live_members(kept.pid) and m.get(kept.id).status is S.RUNNING
+    reap(kept)
 
 
 # --------------------------------------------------------------------------- output

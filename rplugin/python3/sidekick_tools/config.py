@@ -15,6 +15,9 @@ from typing import Any
 
 from .defaults import resolve
 
+# The `chat` of the tasks MCP clients start: "mcp:<client name>" (mcp/face.py).
+MCP_CHAT_PREFIX = "mcp:"
+
 
 @dataclass
 class Retention:
@@ -79,6 +82,15 @@ class Config:
     chat: dict[str, Any] = field(default_factory=dict)
     # The temporary directory setup() named for an unusable state_dir (statedir.py)
     state_fallback: str | None = None
+
+    def halts_on_exit(self, task: Any) -> bool:
+        """Whether ``task`` is halted when the Neovim or MCP server running it
+        exits: the `kill_on_exit` of the side that started it (``mcp.kill_on_exit``
+        for an MCP client's task, ``tasks.kill_on_exit`` for Neovim's), whichever
+        side took it over since, so that a task one side keeps is kept."""
+        if str(task.chat).startswith(MCP_CHAT_PREFIX):
+            return bool(self.mcp.kill_on_exit)
+        return bool(self.tasks.kill_on_exit)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> Config:

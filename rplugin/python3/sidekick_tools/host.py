@@ -292,9 +292,8 @@ class Host:
         if self._shut_down or self.tasks is None or self.config is None:
             return
         self._shut_down = True
-        kill = self.config.tasks.kill_on_exit
-        try:
-            self.port.block_on(self.tasks.shutdown(kill=kill))
+        try:  # an MCP client's task taken over here follows mcp.kill_on_exit
+            self.port.block_on(self.tasks.shutdown(kill=self.config.halts_on_exit))
         except Exception:
             log.exception("shutdown failed")
 

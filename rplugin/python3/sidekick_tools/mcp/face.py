@@ -24,6 +24,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from ..config import MCP_CHAT_PREFIX
 from ..tasks.model import is_token
 from ..tools import (
     _tasks,
@@ -46,7 +47,7 @@ from .settings import ConfigSource
 NAMES = ToolNames(
     run="run", ask="ask", await_="await", halt="halt", status="status", output="output", list="list"
 )
-CHAT_PREFIX = "mcp:"
+CHAT_PREFIX = MCP_CHAT_PREFIX
 MAX_COMMAND = 64 * 1024  # a shell command line, in characters
 MAX_MESSAGE = 100_000  # one argv item; Linux refuses items over 128 KiB
 SCAN_PAGE = 500  # rows read at a time when listing MCP tasks among all

@@ -7,11 +7,12 @@ The only module that imports the ``mcp`` SDK. Life of one server:
    (reattach the tasks of a server or Neovim that died, as the host does);
 2. serve ``tools/list`` and ``tools/call`` over stdin/stdout until stdin
    closes or SIGTERM/SIGINT/SIGHUP arrives;
-3. on exit with ``mcp.kill_on_exit`` (default true), halt the tasks this
-   server runs (SIGTERM, SIGKILL half a second later), like Neovim with
-   ``tasks.kill_on_exit``: the ones its clients started and any it took over
-   at start-up. With ``kill_on_exit = false`` they keep running, and the next
-   server or Neovim to start reattaches them.
+3. on exit with ``mcp.kill_on_exit`` (default true), halt the tasks of MCP
+   clients this server runs (SIGTERM, SIGKILL half a second later), like
+   Neovim with ``tasks.kill_on_exit``: the ones its clients started and any
+   it took over at start-up. With ``kill_on_exit = false`` they keep running,
+   and the next server or Neovim to start reattaches them. A Neovim task it
+   took over follows ``tasks.kill_on_exit`` (`Config.halts_on_exit`).
 
 Logs go to ``<state_dir>/mcp.log``, never to stdout (the protocol's channel).
 """
@@ -123,10 +124,11 @@ async def serve(options: Options) -> int:
         # A second signal must not cut the clean-up short: ignore them from here on.
         for sig in _SIGNALS:
             loop.add_signal_handler(sig, lambda: None)
-        kill = source.current().mcp.kill_on_exit
-        await manager.shutdown(kill=kill, owner="the MCP server")
-        how = "halted" if kill else "left running"
-        log.info("MCP server stopped (its running tasks were %s)", how)
+        # Neovim's tasks taken over at start-up follow tasks.kill_on_exit
+        config = source.current()
+        await manager.shutdown(kill=config.halts_on_exit, owner="the MCP server")
+        how = "halted" if config.mcp.kill_on_exit else "left running"
+        log.info("MCP server stopped (its clients' running tasks were %s)", how)
 
     async def stop_on_signal(serving: asyncio.Future[Any]) -> None:
         """The reader of stdin sits in a thread nothing can interrupt, and the

@@ -196,17 +196,21 @@ class TaskEngine:
                 os.makedirs(d, mode=0o700, exist_ok=True)
                 os.chmod(d, 0o700)
 
-    async def stop_supervising(self, kill: bool, owner: str = "Neovim") -> None:
+    async def stop_supervising(
+        self, kill: bool | Callable[[Task], bool], owner: str = "Neovim"
+    ) -> None:
         """The engine stops: queued tasks are cancelled; running ones halted
-        (kill) with SIGKILL `exit_grace` after SIGTERM, or left running."""
+        (kill, or the tasks it is true of) with SIGKILL `exit_grace` after
+        SIGTERM, or left running."""
         self.closed = True
         self.queue.closed = True
         for token in self.queue.tokens():
             sup = self._supervisors[token]
             self.queue.remove(token)
             sup.end_unstarted(Reason.CANCELLED, f"{owner} exited before the task started")
-        running = [s for s in self._supervisors.values() if s.running]
-        if kill and running:
+        halts = kill if callable(kill) else (lambda task: bool(kill))
+        running = [s for s in self._supervisors.values() if s.running and halts(s.task)]
+        if running:
             grace = min(float(self.config.halt_grace), self.tuning.exit_grace)
             for sup in running:
                 sup.request_stop(Reason.CANCELLED, f"halted because {owner} exited")

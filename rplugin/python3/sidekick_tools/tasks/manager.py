@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from . import recovery
@@ -307,13 +307,15 @@ class TaskManager(TaskEngine):
         """Remove finished tasks past retention: rows and log directories."""
         return await self.retention.purge(now)
 
-    async def shutdown(self, kill: bool, owner: str = "Neovim") -> None:
+    async def shutdown(self, kill: bool | Callable[[Task], bool], owner: str = "Neovim") -> None:
         """Stop the engine (its `owner`, Neovim or the MCP server, is exiting).
         Queued tasks are cancelled.
 
         kill=True: this instance's running tasks are halted, quickly: SIGTERM
         to every group at once, SIGKILL after `exit_grace` seconds.
         kill=False: they keep running; a later host recovers them.
+        A function: the running tasks it is true of are halted
+        (`Config.halts_on_exit`), the others keep running.
         """
         self.retention.stop()
         await self.stop_supervising(kill, owner)
