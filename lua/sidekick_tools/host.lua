@@ -322,13 +322,15 @@ function M.clean_error(err)
 end
 
 -- The host died before Neovim exits: its tasks are halted all the same
--- (`tasks.kill_on_exit`) by the reap entry point, which finds this Neovim's
--- tasks in the store by its pid. Returns what it reported, or nil.
+-- (`tasks.kill_on_exit`; an MCP client's task it took over, `mcp.kill_on_exit`)
+-- by the reap entry point, which finds this Neovim's tasks in the store by its
+-- pid. Returns what it reported, or nil.
 local REAP_WAIT_MS = 3000
 
 local function reap_dead_host()
   local tasks = config.current.tasks
-  if state.generation == 0 or not state.python or not tasks.kill_on_exit then
+  local mcp_kill = config.current.mcp.kill_on_exit
+  if state.generation == 0 or not state.python or not (tasks.kill_on_exit or mcp_kill) then
     return nil
   end
   if tasks.store == "memory" then
@@ -343,6 +345,12 @@ local function reap_dead_host()
     "--grace",
     tostring(math.min(tasks.halt_grace, 1)),
   })
+  if not tasks.kill_on_exit then
+    table.insert(argv, "--keep-editor-tasks")
+  end
+  if not mcp_kill then
+    table.insert(argv, "--keep-mcp-tasks")
+  end
   local ok, proc = pcall(vim.system, argv, { text = true })
   if not ok then
     return nil

@@ -25,6 +25,7 @@ from tests.integration.mcp_helpers import (
     wait_cmd,
 )
 from tests.integration.test_background_tasks import HEAD, call, task_of
+from tests.integration.test_crash_faults import kill_host
 from tests.integration.ui_helpers import current_buf, wait_lines
 
 pytestmark = pytest.mark.integration
@@ -188,10 +189,14 @@ def test_a_running_neovim_takes_over_the_task_of_a_server_killed_meanwhile(edito
     assert wait_for(ended, timeout=20)["exit_code"] == 0
 
 
-def test_an_agents_task_kept_past_its_server_survives_the_neovim_that_took_it_over(editor, agent):
+@pytest.mark.parametrize("host", ["alive", "dead"])
+def test_an_agents_task_kept_past_its_server_survives_the_neovim_that_took_it_over(
+    editor, agent, host
+):
     """mcp.kill_on_exit = false: the agent's task outlives its server, and a
     Neovim that took it over (by listing it) halted it when it quit, by
-    tasks.kill_on_exit, which is about the editor's own tasks."""
+    tasks.kill_on_exit, which is about the editor's own tasks; so did the reap
+    of a Neovim whose host had died first."""
     editor.setup(mcp={"kill_on_exit": False})
     marker = editor.workdir / "release"
     client = agent()
@@ -205,6 +210,8 @@ def test_an_agents_task_kept_past_its_server_survives_the_neovim_that_took_it_ov
         return token in [t["id"] for t in own]
 
     wait_for(taken_over, timeout=20)
+    if host == "dead":
+        kill_host(editor)
     nvim_pid = editor.lua("return vim.fn.getpid()")
     quit_nvim(editor)
     wait_for(lambda: not os.path.exists(f"/proc/{nvim_pid}"), timeout=20)

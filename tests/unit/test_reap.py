@@ -64,6 +64,40 @@ async def test_the_dead_hosts_tasks_are_halted_and_recorded(tmp_path, capsys) ->
             os.waitpid(task.pid, 0)
 
 
+@pytest.mark.parametrize("keep", ["mcp", "editor"])
+async def test_the_tasks_a_side_keeps_on_exit_are_left_running(tmp_path, capsys, keep) -> None:
+    """A Neovim whose host died halted on exit an MCP client's task it had taken
+    over, though mcp.kill_on_exit = false kept it: Lua says which side keeps its
+    tasks (--keep-mcp-tasks, --keep-editor-tasks), as the host does itself."""
+    state = str(tmp_path / "state")
+    db = os.path.join(state, "tasks.db")
+    host = TaskManager(SqliteStore(db), state, DEAD_NEOVIM, tasks_config(halt_grace=0.5))
+    cmd = "echo ready; sleep 1000"
+    agents = await host.submit(
+        TaskSpec("run_terminal_command", cmd, cwd=str(tmp_path), chat="mcp:a")
+    )
+    editors = await host.submit(
+        TaskSpec("run_terminal_command", cmd, cwd=str(tmp_path), chat="c.md")
+    )
+    await until(lambda: "ready" in read(agents.log_path) and "ready" in read(editors.log_path))
+    await host.shutdown(kill=False)  # the host "dies"
+    kept, halted = (agents, editors) if keep == "mcp" else (editors, agents)
+    try:
+        argv = ["--halt-owner", DEAD_NEOVIM, "--state-dir", state, "--grace", "0.3"]
+        assert reap.main([*argv, f"--keep-{keep}-tasks"]) == 0
+        assert json.loads(capsys.readouterr().out)["halted"] == [halted.id]
+        await until(lambda: live_members(halted.pid) == [])
+        assert live_members(kept.pid)
+        store = SqliteStore(db)
+        assert store.get(kept.id).status is S.RUNNING
+        assert store.get(halted.id).status is S.CANCELLED
+        store.close()
+    finally:
+        for task in (agents, editors):  # still this test process's children
+            groups.signal_group(task.pid, signal.SIGKILL)
+            os.waitpid(task.pid, 0)
+
+
 async def test_a_task_whose_process_is_gone_is_left_to_recovery(tmp_path, capsys) -> None:
     state = str(tmp_path / "state")
     store = SqliteStore(os.path.join(state, "tasks.db"))

@@ -10,6 +10,7 @@ the same task record it once.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .groups import kill_groups_now, terminate_group
@@ -50,16 +51,21 @@ class OwnerHalt:
         return dict(self.__dict__)
 
 
-def halt_owner_now(store: TaskStore, owner: str, grace: float) -> OwnerHalt:
-    """Synchronously halt every queued or running task of `owner`: SIGTERM to
-    each live group at once, SIGKILL after `grace`, then record them cancelled.
-    A task whose process is already gone is left to the next host's recovery."""
+def halt_owner_now(
+    store: TaskStore, owner: str, grace: float, keep: Callable[[Task], bool] | None = None
+) -> OwnerHalt:
+    """Synchronously halt every queued or running task of `owner` (but those
+    `keep` is true of): SIGTERM to each live group at once, SIGKILL after
+    `grace`, then record them cancelled. A task whose process is already gone
+    is left to the next host's recovery."""
     report = OwnerHalt()
     try:
         tasks = store.list(TaskQuery.of(ACTIVE, owner=owner), limit=None)
     except StoreError as exc:
         report.errors.append(str(exc))
         return report
+    if keep is not None:
+        tasks = [t for t in tasks if not keep(t)]
     live = [t for t in tasks if t.status is TaskStatus.RUNNING and is_alive(t.pid, t.pid_start)]
     kill_groups_now([t.pid for t in live if t.pid is not None], grace)
     for task in [t for t in tasks if t.status is TaskStatus.QUEUED] + live:
