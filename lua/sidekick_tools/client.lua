@@ -386,6 +386,22 @@ local function count_tasks(status)
   return ok and tonumber(n) or 0
 end
 
+--- How many of this instance's running tasks an MCP client started (taken
+--- over from a server that exited): they follow mcp.kill_on_exit.
+local function count_agents_tasks(running)
+  if running == 0 then
+    return 0
+  end
+  local ok, rows = pcall(host.request, "list_tasks", { status = "running", limit = running })
+  local n = 0
+  for _, task in ipairs(ok and type(rows) == "table" and rows or {}) do
+    if tostring(task.chat or ""):sub(1, 4) == "mcp:" then
+      n = n + 1
+    end
+  end
+  return n
+end
+
 --- Before Neovim exits: say what happens to this instance's tasks, and show it
 --- at once (Neovim is about to stop drawing).
 local function say_exit()
@@ -395,6 +411,8 @@ local function say_exit()
   end
   local plural = require("sidekick_tools.format").plural
   local parts = {}
+  local agents = count_agents_tasks(running)
+  running = running - agents
   if running > 0 then
     if config.current.tasks.kill_on_exit then
       table.insert(parts, "halting " .. plural(running, "running task") .. " (tasks.kill_on_exit)")
@@ -414,6 +432,17 @@ local function say_exit()
           )
       end
       table.insert(parts, text)
+    end
+  end
+  if agents > 0 then
+    local what = plural(agents, "running MCP client task")
+    if config.current.mcp.kill_on_exit then
+      table.insert(parts, "halting " .. what .. " (mcp.kill_on_exit)")
+    else
+      table.insert(
+        parts,
+        what .. (agents == 1 and " goes on" or " go on") .. " (mcp.kill_on_exit = false)"
+      )
     end
   end
   if queued > 0 then

@@ -26,6 +26,7 @@ from tests.integration.mcp_helpers import (
 )
 from tests.integration.test_background_tasks import HEAD, call, task_of
 from tests.integration.test_crash_faults import kill_host
+from tests.integration.test_ui_startup import record_notes_to
 from tests.integration.ui_helpers import current_buf, wait_lines
 
 pytestmark = pytest.mark.integration
@@ -212,9 +213,16 @@ def test_an_agents_task_kept_past_its_server_survives_the_neovim_that_took_it_ov
     wait_for(taken_over, timeout=20)
     if host == "dead":
         kill_host(editor)
+    notes = editor.workdir / "notes.txt"
+    record_notes_to(editor, notes)
     nvim_pid = editor.lua("return vim.fn.getpid()")
     quit_nvim(editor)
     wait_for(lambda: not os.path.exists(f"/proc/{nvim_pid}"), timeout=20)
+    if host == "alive":  # what quitting says of it (it said "halting 1 running task")
+        assert notes.read_text() == (
+            "sidekick_tools: Neovim is exiting: 1 running MCP client task goes on "
+            "(mcp.kill_on_exit = false)\n"
+        )
     marker.touch()
     done, _ = agent().call("await", {"task": token})
     assert head(done)["status"] == "completed" and head(done)["summary"] == "kept", done
