@@ -228,6 +228,34 @@ def test_an_agents_task_kept_past_its_server_survives_the_neovim_that_took_it_ov
     assert head(done)["status"] == "completed" and head(done)["summary"] == "kept", done
 
 
+def test_a_neovim_task_kept_past_neovim_survives_the_server_that_took_it_over(editors, agent):
+    """tasks.kill_on_exit = false: the editor's task outlives Neovim, and an MCP
+    server started next took it over at start-up and halted it when it exited,
+    by mcp.kill_on_exit, which is about the agents' tasks."""
+    first = editors()
+    first.setup(tasks={"kill_on_exit": False, "hybrid_threshold": 0.2})
+    marker = first.workdir / "release"
+    first.open_chat(HEAD + call("k", wait_cmd(marker, "echo kept")))
+    first.run_tool(5)
+    first.wait_text("```result id=k status=running task=")
+    token = task_of(first, "k")["id"]
+    nvim_pid = first.lua("return vim.fn.getpid()")
+    quit_nvim(first)
+    wait_for(lambda: not os.path.exists(f"/proc/{nvim_pid}"), timeout=20)
+    client = agent()
+    wait_for(lambda: stored(first, token).owner.split(":")[0] != str(nvim_pid), timeout=20)
+    client.close()  # the server exits (mcp.kill_on_exit = true)
+    marker.touch()
+    second = editors()
+    second.setup()
+
+    def ended():
+        task = second.lua("return require('sidekick_tools').get_task(...)", token) or {}
+        return task if task.get("status") in ("completed", "cancelled", "failed") else None
+
+    assert wait_for(ended, timeout=20)["status"] == "completed"
+
+
 def test_neovims_own_tasks_reach_mcp_only_when_shared(editor, agent):
     marker = editor.workdir / "release"
     editor.setup(tasks={"hybrid_threshold": 0.2})
