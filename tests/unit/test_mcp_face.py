@@ -186,6 +186,19 @@ async def test_neovim_tasks_are_refused_unless_shared(setup):
     assert "and by Neovim" in tools["list"]
 
 
+async def test_run_and_ask_say_that_waiting_for_the_end_can_outlast_the_client(setup):
+    """`async: false` waits for the end however long it takes: past the client's
+    time limit for one call the call fails and the agent never learns the
+    task's token. The schema said only "false: wait for the end"."""
+    manager, tmp_path = setup
+    face = Face(manager, source_with(tmp_path, mcp={"await_timeout": 30}), str(tmp_path))
+    schemas = {name: schema for name, _, schema in face.tools()}
+    for name in ("run", "ask"):
+        said = schemas[name]["properties"]["async"]["description"]
+        assert "absent: wait up to 10 s" in said, said
+        assert "time limit" in said and "list" in said, said
+
+
 async def test_unknown_tool_and_bad_arguments(setup):
     manager, tmp_path = setup
     face = Face(manager, source_with(tmp_path), str(tmp_path))

@@ -79,6 +79,15 @@ def _pick(schema: dict[str, Any], keep: list[str], **changes: dict[str, Any]) ->
     return object_schema(props, required=[n for n in schema.get("required", []) if n in keep])
 
 
+# `async` for MCP clients: a call is cut at the client's own time limit (often
+# 60 s), and a cut `async: false` call never gives the agent its task's token.
+_ASYNC = {
+    "description": "true: the task token at once; absent: wait up to "
+    "{tasks.hybrid_threshold} s, then the result or the token; false: wait for the end "
+    "however long it takes (past your client's time limit for one call the call fails "
+    "and the task goes on: find its token with list)."
+}
+
 _HYBRID = (
     "absent: wait up to {t:g}s, then answer with the result or, if it still runs, "
     "the task token; true: the token at once; false: wait for the end"
@@ -104,6 +113,7 @@ SPECS: dict[str, Spec] = {
                 run_terminal_command.TOOL.schema,
                 ["command", "cwd", "async", "timeout_seconds"],
                 command={"maxLength": MAX_COMMAND},
+                **{"async": _ASYNC},
                 cwd={
                     "maxLength": 4096,
                     "description": "Working directory (default: the server's).",
@@ -122,6 +132,7 @@ SPECS: dict[str, Spec] = {
                 use_agent.TOOL.schema,
                 ["agent", "message", "async"],
                 message={"maxLength": MAX_MESSAGE},
+                **{"async": _ASYNC},
             ),
         ),
         Spec(
