@@ -200,32 +200,34 @@ def test_an_agents_task_kept_past_its_server_survives_the_neovim_that_took_it_ov
     of a Neovim whose host had died first."""
     editor.setup(mcp={"kill_on_exit": False})
     marker = editor.workdir / "release"
-    client = agent()
-    text, _ = client.call("run", {"command": wait_cmd(marker, "echo kept"), "async": True})
-    token = head(text)["task"]
-    client.close()  # the client leaves: its server exits and leaves the task running
-
-    def taken_over():
-        all_tasks(editor)  # a listing takes stock of the tasks of owners gone
-        own = editor.lua("return require('sidekick_tools').list_tasks({})")
-        return token in [t["id"] for t in own]
-
-    wait_for(taken_over, timeout=20)
-    if host == "dead":
-        kill_host(editor)
     notes = editor.workdir / "notes.txt"
-    record_notes_to(editor, notes)
-    nvim_pid = editor.lua("return vim.fn.getpid()")
-    quit_nvim(editor)
-    wait_for(lambda: not os.path.exists(f"/proc/{nvim_pid}"), timeout=20)
-    if host == "alive":  # what quitting says of it (it said "halting 1 running task")
+    try:  # the task ends (the marker), whatever happens here
+        client = agent()
+        text, _ = client.call("run", {"command": wait_cmd(marker, "echo kept"), "async": True})
+        token = head(text)["task"]
+        client.close()  # the client leaves: its server exits and leaves the task running
+
+        def taken_over():
+            all_tasks(editor)  # a listing takes stock of the tasks of owners gone
+            own = editor.lua("return require('sidekick_tools').list_tasks({})")
+            return token in [t["id"] for t in own]
+
+        wait_for(taken_over, timeout=20)
+        if host == "dead":
+            kill_host(editor)
+        record_notes_to(editor, notes)
+        nvim_pid = editor.lua("return vim.fn.getpid()")
+        quit_nvim(editor)
+        wait_for(lambda: not os.path.exists(f"/proc/{nvim_pid}"), timeout=20)
+    finally:
+        marker.touch()
+    done, _ = agent().call("await", {"task": token})
+    assert head(done)["status"] == "completed" and head(done)["summary"] == "kept", done
+    if host == "alive":  # what quitting said of it (it said "halting 1 running task")
         assert notes.read_text() == (
             "sidekick_tools: Neovim is exiting: 1 running MCP client task goes on "
             "(mcp.kill_on_exit = false)\n"
         )
-    marker.touch()
-    done, _ = agent().call("await", {"task": token})
-    assert head(done)["status"] == "completed" and head(done)["summary"] == "kept", done
 
 
 def test_a_neovim_task_kept_past_neovim_survives_the_server_that_took_it_over(editors, agent):
@@ -235,17 +237,19 @@ def test_a_neovim_task_kept_past_neovim_survives_the_server_that_took_it_over(ed
     first = editors()
     first.setup(tasks={"kill_on_exit": False, "hybrid_threshold": 0.2})
     marker = first.workdir / "release"
-    first.open_chat(HEAD + call("k", wait_cmd(marker, "echo kept")))
-    first.run_tool(5)
-    first.wait_text("```result id=k status=running task=")
-    token = task_of(first, "k")["id"]
-    nvim_pid = first.lua("return vim.fn.getpid()")
-    quit_nvim(first)
-    wait_for(lambda: not os.path.exists(f"/proc/{nvim_pid}"), timeout=20)
-    client = agent()
-    wait_for(lambda: stored(first, token).owner.split(":")[0] != str(nvim_pid), timeout=20)
-    client.close()  # the server exits (mcp.kill_on_exit = true)
-    marker.touch()
+    try:  # the task ends (the marker), whatever happens here
+        first.open_chat(HEAD + call("k", wait_cmd(marker, "echo kept")))
+        first.run_tool(5)
+        first.wait_text("```result id=k status=running task=")
+        token = task_of(first, "k")["id"]
+        nvim_pid = first.lua("return vim.fn.getpid()")
+        quit_nvim(first)
+        wait_for(lambda: not os.path.exists(f"/proc/{nvim_pid}"), timeout=20)
+        client = agent()
+        wait_for(lambda: stored(first, token).owner.split(":")[0] != str(nvim_pid), timeout=20)
+        client.close()  # the server exits (mcp.kill_on_exit = true)
+    finally:
+        marker.touch()
     second = editors()
     second.setup()
 

@@ -450,12 +450,14 @@ async def test_shutdown_halts_each_task_by_the_kill_on_exit_of_the_side_that_sta
     cmd = "echo ready; sleep 1000"
     agents = await m.submit(spec(cmd, cwd=str(tmp_path), chat="mcp:claude-code"))
     editors = await m.submit(spec(cmd, cwd=str(tmp_path), chat="chat.sidekick.md"))
-    await until(lambda: "ready" in read(agents.log_path) and "ready" in read(editors.log_path))
-    await asyncio.wait_for(m.shutdown(kill=config.halts_on_exit), 5)
-    kept, halted = (agents, editors) if keep == "mcp" else (editors, agents)
-    assert live_members(halted.pid) == [] and m.get(halted.id).status is S.CANCELLED
-    assert live_members(kept.pid) and m.get(kept.id).status is S.RUNNING
-    reap(kept)
+    try:
+        await until(lambda: "ready" in read(agents.log_path) and "ready" in read(editors.log_path))
+        await asyncio.wait_for(m.shutdown(kill=config.halts_on_exit), 5)
+        kept, halted = (agents, editors) if keep == "mcp" else (editors, agents)
+        assert live_members(halted.pid) == [] and m.get(halted.id).status is S.CANCELLED
+        assert live_members(kept.pid) and m.get(kept.id).status is S.RUNNING
+    finally:
+        reap(agents, editors)
 
 
 # --------------------------------------------------------------------------- output
