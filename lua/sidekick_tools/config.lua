@@ -182,7 +182,12 @@ M.options = {
     "Seconds between SIGTERM and SIGKILL when halting",
     min = 0,
   },
-  { "tasks.kill_on_exit", true, "boolean", "Halt this Neovim's running tasks when it exits" },
+  {
+    "tasks.kill_on_exit",
+    true,
+    "boolean",
+    "Halt this Neovim's running tasks when it exits (the ones an MCP client started follow mcp.kill_on_exit)",
+  },
   {
     "tasks.nice",
     10,
@@ -404,7 +409,7 @@ M.options = {
     "mcp.kill_on_exit",
     true,
     "boolean",
-    "The MCP server halts the tasks it runs when it exits (false: the next one reattaches them)",
+    "The MCP server halts the tasks it runs when it exits (false: the next one reattaches them); so does a Neovim that took one over",
   },
   {
     "notify",
