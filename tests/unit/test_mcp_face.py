@@ -224,6 +224,20 @@ async def test_list_of_mcp_tasks_counts_past_a_page(setup, monkeypatch):
     assert all(t in listed for t in tokens)
 
 
+async def test_list_names_each_task_by_the_tool_the_client_has(setup):
+    """`list` showed the chat's tool names (run_terminal_command,
+    use_agent(name)), tools an MCP client does not have."""
+    manager, tmp_path = setup
+    source = source_with(tmp_path, agents={"rev": {"cmd": ["echo", "--", "{message}"]}})
+    face = Face(manager, source, str(tmp_path))
+    await face.call("run", {"command": "echo one", "async": False}, "agent")
+    await face.call("ask", {"agent": "rev", "message": "two", "async": False}, "agent")
+    listed = (await face.call("list", {}, "agent")).text
+    assert "run_terminal_command" not in listed and "use_agent" not in listed, listed
+    rows = [line.split("  ")[2:4] for line in listed.splitlines() if line.startswith("  ")]
+    assert ["run", '"echo one"'] in rows and ["ask(rev)", '"rev: two"'] in rows, rows
+
+
 class FakeTasks:
     """Just enough of a TaskManager for the reporter."""
 

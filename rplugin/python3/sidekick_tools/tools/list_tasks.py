@@ -120,11 +120,18 @@ def _group(ctx: Any, title: str, tasks: list[Any], total: int, now: float) -> li
 
 def _row(ctx: Any, task: Any, now: float) -> str:
     agent = _tasks.agent_of(task)
-    tool = f"{task.tool}({agent})" if agent else str(task.tool)
+    tool = _tool_name(_tasks.names_of(ctx), str(task.tool))
+    tool = f"{tool}({agent})" if agent else tool
     label = " ".join(str(task.label or task.call_command or task.command or "").split())
     if len(label) > LABEL_CHARS:
         label = label[: LABEL_CHARS - 1] + "…"
     return f"{task.id}  {tool}  {json.dumps(label, ensure_ascii=False)}  {_state(ctx, task, now)}"
+
+
+def _tool_name(names: Any, tool: str) -> str:
+    """The tool that started a task, by the name its reader calls it (the MCP
+    server's `run` and `ask`): a row never names a tool the reader lacks."""
+    return {CHAT_NAMES.run: names.run, CHAT_NAMES.ask: names.ask}.get(tool, tool)
 
 
 def _state(ctx: Any, task: Any, now: float) -> str:
