@@ -429,6 +429,8 @@ async def test_output_reads_stderr_on_its_own(tmp_path, manager, ctx):
     assert output_part(out) == "out1" and "stream" not in body_json(out)
     err = await OUTPUT.run({"task": task.id, "stream": "stderr"}, ctx)
     assert output_part(err) == "ERR1\nERR2" and body_json(err)["stream"] == "stderr"
+    # stdout's line count is not given as stderr's
+    assert body_json(out)["log_lines"] == 1 and "log_lines" not in body_json(err)
     again = await OUTPUT.run({"task": task.id, "stream": "stderr"}, ctx)
     assert output_part(again) == "" and body_json(again)["new_lines"] == 0
     matched = await OUTPUT.run({"task": task.id, "stream": "stderr", "filter": "2$"}, ctx)

@@ -20,7 +20,9 @@ The body is a JSON object, then (when there is any) the output itself after a
     --- output ---
     ...
 
-Filtered reads say ``"filter"`` and ``"matching_lines"`` instead of ``"new_lines"``.
+Filtered reads say ``"filter"`` and ``"matching_lines"`` instead of ``"new_lines"``;
+reads of stderr (``"stream": "stderr"``) have no ``log_lines`` (the count kept is
+stdout's).
 ``progress`` is the latest ``[PROGRESS]`` / ``[PROGRESS:NN]`` marker (null when
 the task printed none); ``last_update`` is when the log last grew. ``elided``
 (``{"lines", "bytes"}``) appears when the middle was cut; ``message`` explains
@@ -109,11 +111,9 @@ def render(
     else:
         text = read.text.rstrip("\n")
         lines = text.split("\n") if text else []
-    payload: dict[str, Any] = {
-        "task": token,
-        "status": state,
-        "log_lines": int(read.lines or 0),
-    }
+    payload: dict[str, Any] = {"task": token, "status": state}
+    if stream == "stdout":  # the count kept is stdout's: stderr's would be another's
+        payload["log_lines"] = int(read.lines or 0)
     if state in _tasks.TERMINAL:
         payload["exit_code"] = task.exit_code
     if read.filtered:
