@@ -88,15 +88,6 @@ _ASYNC = {
     "and the task goes on: find its token with list)."
 }
 
-_HYBRID = (
-    "absent: wait up to {t:g}s, then answer with the result or, if it still runs, "
-    "the task token; true: the token at once; false: wait for the end"
-)
-
-
-def _hybrid(c: Any) -> str:
-    return _HYBRID.format(t=c.tasks.hybrid_threshold)
-
 
 SPECS: dict[str, Spec] = {
     s.name: s
