@@ -632,3 +632,24 @@ async def test_concurrent_awaits_of_one_task(tmp_path, manager, ctx):
     release.write_text("")
     results = await asyncio.gather(*waits)
     assert all(json.loads(r.body)["status"] == "completed" for r in results)
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (None, "cancelled before it finished (halted)"),
+        (
+            "halted because the MCP server exited",
+            "cancelled before it finished (halted because the MCP server exited)",
+        ),
+    ],
+)
+def test_a_cancelled_tasks_status_says_who_halted_it_once(error, said):
+    """It read "cancelled (halted because the MCP server exited) before it
+    finished (halted)": halted twice, the second time without a reason."""
+    from sidekick_tools.tasks.model import Task, TaskStatus
+
+    task = Task(id="abc123", status=TaskStatus.CANCELLED, reason="cancelled", error=error)
+    task.summary = "Terminated"
+    shaped = task_status.shape(None, "abc123", task)
+    assert shaped == {"status": "failed", "error": f"{said}: Terminated"}

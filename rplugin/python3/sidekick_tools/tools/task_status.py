@@ -48,9 +48,9 @@ def shape(ctx: Any, token: str, task: Any) -> dict[str, Any]:
         return {"status": "completed", "result": summary}
     reason = task.reason
     error = task.error
-    if state == "cancelled":
-        head = "cancelled" + (f" ({error})" if error and error != "cancelled" else "")
-        head += " before it finished (halted)"
+    if state == "cancelled":  # who halted it, when the plugin did: else a person
+        why = error if error and error != "cancelled" else "halted"
+        head = f"cancelled before it finished ({why})"
     else:
         head = str(error or reason or "failed")
         if reason == "timeout" and "time" not in head:
