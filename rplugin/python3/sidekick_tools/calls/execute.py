@@ -14,11 +14,10 @@ from typing import Any
 
 from .. import tools
 from ..chat import ToolCall
-from ..programs import find_program
 from ..tasks.model import TaskStatus
 from ..tools.base import ToolContext, ToolResult
 from ..tools.policy import judge
-from ..tools.use_agent import LABEL_CHARS, build_command, label_for
+from ..tools.use_agent import LABEL_CHARS, agent_program, build_command, label_for
 from .context import CallContext
 from .marking import CallMarks, Found
 from .registry import Tracked
@@ -78,8 +77,7 @@ def asked(command: str, agent: str, message: str, agents: Any) -> bool:
     if configured is not None and configured.cmd:
         # as use_agent runs it: its program found on PATH (programs.py); as
         # it reads, for a task started before the program was looked up so
-        path = {str(k): str(v) for k, v in (configured.env or {}).items()}.get("PATH")
-        program = find_program(str(configured.cmd[0]), path)
+        program = agent_program(configured)
         spellings = [configured.cmd]
         if program is not None:
             spellings.append([program, *configured.cmd[1:]])

@@ -97,8 +97,7 @@ class UseAgent:
                 f'agent "{name}": working directory {cwd} {what}', reason="bad_config"
             )
 
-        env = {str(k): str(v) for k, v in (agent.env or {}).items()}
-        program = find_program(str(agent.cmd[0]), env.get("PATH"))
+        program = agent_program(agent)
         if program is None:
             return ToolResult.fail(
                 f'agent "{name}": {not_found(str(agent.cmd[0]))}', reason="bad_config"
@@ -107,6 +106,7 @@ class UseAgent:
             command = build_command([program, *agent.cmd[1:]], message)
         except ValueError as e:
             return ToolResult.fail(f'agent "{name}": {e}', reason="bad_message")
+        env = agent_env(agent)
         env["SIDEKICK_AGENT"] = name
         timeout = params.get("timeout_seconds")
         spec = rtc.TaskSpec(
@@ -151,6 +151,17 @@ def build_command(cmd: list[str], message: str) -> str:
                 )
     argv = [part.replace(PLACEHOLDER, message) for part in argv]
     return " ".join(shlex.quote(part) for part in argv)
+
+
+def agent_env(agent: Any) -> dict[str, str]:
+    """The variables an agent's configuration adds to its environment."""
+    return {str(k): str(v) for k, v in (agent.env or {}).items()}
+
+
+def agent_program(agent: Any) -> str | None:
+    """The absolute path of an agent's program, as it is run: found on the PATH
+    its own env gives, else the host's (`programs.find_program`)."""
+    return find_program(str(agent.cmd[0]), agent_env(agent).get("PATH"))
 
 
 def label_for(name: str, message: str) -> str:
