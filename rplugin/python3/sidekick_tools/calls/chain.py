@@ -231,7 +231,8 @@ class CallChain:
         then gives it its failed result without running anything)."""
         if self.marks.busy(buf, call):
             return None, None  # it runs, or its answer is on its way
-        why = over_budget((await self.marks.mirror(buf)).chat(), call)
+        mirror = await self.marks.mirror(buf)
+        why = over_budget(mirror.chat(), call)
         if why is not None:
             self.ctx.port.notify_user(
                 f"sidekick_tools: {why}: {call.call_id or 'the next call'} and the calls "
@@ -244,7 +245,6 @@ class CallChain:
             if call.structural or not self.answers_broken(buf):
                 return None, None  # a person fixes it: its ✗ shows why
             return await self.marks.prepare(buf, call), None
-        mirror = await self.marks.mirror(buf)
         ctx = self.executor.context(cwd, mirror.name, call.call_id or "")
         answer = await self.executor.ask_policy(call, ctx)
         verdict = await judge(call.tool, call.params or {}, ctx, answer)
