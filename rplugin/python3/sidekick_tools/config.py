@@ -19,6 +19,11 @@ from .defaults import resolve
 MCP_CHAT_PREFIX = "mcp:"
 
 
+def started_by_mcp(task: Any) -> bool:
+    """Whether an MCP client started ``task`` (else a Neovim did)."""
+    return str(task.chat).startswith(MCP_CHAT_PREFIX)
+
+
 @dataclass
 class Retention:
     completed: float
@@ -88,7 +93,7 @@ class Config:
         exits: the `kill_on_exit` of the side that started it (``mcp.kill_on_exit``
         for an MCP client's task, ``tasks.kill_on_exit`` for Neovim's), whichever
         side took it over since, so that a task one side keeps is kept."""
-        if str(task.chat).startswith(MCP_CHAT_PREFIX):
+        if started_by_mcp(task):
             return bool(self.mcp.kill_on_exit)
         return bool(self.tasks.kill_on_exit)
 

@@ -28,7 +28,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from .config import MCP_CHAT_PREFIX
+from .config import started_by_mcp
 from .tasks.identity import owner_token, parse_owner, start_token
 from .tasks.model import Task
 from .tasks.remote_halt import OwnerHalt, halt_owner_now
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
 
 def _kept(mcp: bool, editor: bool) -> Callable[[Task], bool]:
     def keep(task: Task) -> bool:
-        return mcp if task.chat.startswith(MCP_CHAT_PREFIX) else editor
+        return mcp if started_by_mcp(task) else editor
 
     return keep
 
