@@ -395,7 +395,7 @@ local function count_agents_tasks(running)
   local ok, rows = pcall(host.request, "list_tasks", { status = "running", limit = running })
   local n = 0
   for _, task in ipairs(ok and type(rows) == "table" and rows or {}) do
-    if tostring(task.chat or ""):sub(1, 4) == "mcp:" then
+    if vim.startswith(tostring(task.chat or ""), constants.mcp_chat_prefix) then
       n = n + 1
     end
   end

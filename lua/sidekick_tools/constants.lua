@@ -66,6 +66,9 @@ M.tools = {
   "list_tasks",
 }
 
+--- How the `chat` of a task an MCP client started begins ("mcp:claude-code").
+M.mcp_chat_prefix = "mcp:"
+
 --- File names of chat buffers (a Lua pattern).
 M.chat_pattern = "%.sidekick%.md$"
 

@@ -48,7 +48,7 @@ end
 --- Who started a task when it was not a chat: "mcp:claude-code" for an MCP client.
 function M.origin(t)
   local chat = t.chat or ""
-  if chat:sub(1, 4) == "mcp:" then
+  if vim.startswith(chat, constants.mcp_chat_prefix) then
     return chat
   end
   return ""
