@@ -154,3 +154,15 @@ def live_members(pgid: int) -> list[int]:
     if members is None:
         return [pgid] if groups.group_alive(pgid) else []
     return members
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fork_servers() -> Iterator[None]:
+    """The fork servers of this pytest process (tests/forkserver.py) stop when
+    its tests are done, once the processes they forked have ended: before
+    pytest-cov combines coverage's data, so that no child is still writing its
+    file then."""
+    yield
+    from tests.forkserver import SERVERS
+
+    SERVERS.close()

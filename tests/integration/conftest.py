@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 
 from tests import nvims
 from tests.conftest import wait_for
+from tests.forkserver import SERVERS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,8 @@ class Editor:
         return self.nvim.exec_lua(code, *args)
 
     def setup(self, **opts: Any) -> None:
-        opts.setdefault("python", sys.executable)
+        # hosts forked from a server that has their imports done (tests/forkserver.py)
+        opts.setdefault("python", SERVERS.python())
         opts.setdefault("state_dir", str(self.state_dir))
         self.lua("require('sidekick_tools').setup(...)", opts)
 
@@ -92,10 +93,11 @@ class Editor:
 
     def host_pid(self) -> int:
         """The pid of this editor's host; 0 when none runs."""
-        return self.lua(
+        job = self.lua(
             "local chan = require('sidekick_tools.host').channel()\n"
             "return chan and vim.fn.jobpid(chan) or 0"
         )
+        return SERVERS.host_of(job)
 
     def kill_host(self) -> None:
         """SIGKILL this editor's host, if one runs (whatever held it is let go)."""

@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tests.forkserver import SERVERS
+
 # The SDK takes about a second to import: imported where a test uses it, not
 # when every pytest worker collects the suite.
 if TYPE_CHECKING:
@@ -29,7 +31,11 @@ PASSED_ENV = ("HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "SIDEKICK_TOOLS_TUNING"
 
 
 def passed_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k in PASSED_ENV or k.startswith("COVERAGE_")}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k in PASSED_ENV or k.startswith(("COVERAGE_", "SIDEKICK_TEST_FORKSERVER"))
+    }
 
 
 def server_args(state_dir: Path | str, config: Path | str | None = None) -> list[str]:
@@ -50,7 +56,7 @@ def server_params(
     full_env["PYTHONPATH"] = PYTHONPATH
     full_env.update(env or {})
     return StdioServerParameters(
-        command=sys.executable,
+        command=SERVERS.python("MCP"),  # forked with the SDK imported (tests/forkserver.py)
         args=args if args is not None else server_args(state_dir, config),
         env=full_env,
         cwd=str(cwd),

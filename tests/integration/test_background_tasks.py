@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -179,8 +178,7 @@ def test_host_killed_while_five_tasks_run_nothing_is_lost(editor):
     editor.open_chat(HEAD + "\n".join(blocks))
     editor.nvim.command("SidekickRunTools!")
     wait_for(lambda: editor.text().count("status=running task=") == 5)
-    pid = editor.lua("return vim.fn.jobpid(require('sidekick_tools.host').channel())")
-    os.kill(pid, signal.SIGKILL)
+    editor.kill_host()
     wait_for(lambda: editor.lua("return require('sidekick_tools.host').running()") is False)
     # two tasks end while no host runs: their wrappers record the exit on disk
     early.write_text("")
@@ -210,8 +208,7 @@ def test_a_neovim_whose_host_died_still_halts_its_tasks(editor):
     editor.wait_text("```result id=r status=running task=")
     task = task_of(editor, "r")
     wait_for(lambda: "ready" in Path(task["log_path"]).read_text())
-    pid = editor.lua("return vim.fn.jobpid(require('sidekick_tools.host').channel())")
-    os.kill(pid, signal.SIGKILL)
+    editor.kill_host()
     wait_for(lambda: editor.lua("return require('sidekick_tools.host').running()") is False)
     argv = editor.lua(
         "return require('sidekick_tools.host').command(...)", sys.executable, "sidekick_tools.reap"

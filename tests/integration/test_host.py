@@ -26,10 +26,7 @@ CHAT = (
 
 
 def host_pid(editor) -> int | None:
-    return editor.lua(
-        "local ch = require('sidekick_tools.host').channel()\n"
-        "return ch and vim.fn.jobpid(ch) or vim.NIL"
-    )
+    return editor.host_pid() or None
 
 
 def test_nothing_starts_with_neovim(editor):
@@ -155,7 +152,8 @@ def test_checkhealth_reports_interpreter_and_storage(editor):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     local = {"kind": "openai", "base_url": f"http://127.0.0.1:{port}/v1"}
-    editor.setup(chat={"model": "local/m", "providers": {"local": local}})
+    # the interpreter itself, not the tests' fork server: the report names it
+    editor.setup(python=sys.executable, chat={"model": "local/m", "providers": {"local": local}})
     editor.open_chat(CHAT)
     editor.run_tool(5)
     editor.wait_text("```result id=c1 status=completed exit=0")

@@ -82,7 +82,7 @@ def test_setup_writes_the_settings_the_server_reads(editor):
 
 
 def test_sidekick_mcp_prints_a_command_line_that_starts_the_server(editor):
-    editor.setup()
+    editor.setup(python=sys.executable)  # the interpreter the line names
     printed = editor.nvim.exec_lua("return vim.api.nvim_exec2('SidekickMcp', { output = true })")
     text = printed["output"]
     claude = next(line.strip() for line in text.splitlines() if line.strip().startswith("claude"))

@@ -19,6 +19,7 @@ import pytest
 from sidekick_tools.tasks.store import SqliteStore
 
 from tests.conftest import live_members
+from tests.forkserver import SERVERS
 from tests.integration.mcp_helpers import PYTHONPATH, passed_env, server_args, write_config
 
 pytestmark = pytest.mark.integration
@@ -106,7 +107,8 @@ def raw(tmp_path: Path):
 
     def start(cwd: Path | None = None, argv: list[str] | None = None, **kw: Any) -> RawClient:
         work = cwd or tmp_path
-        client = RawClient(argv or [sys.executable, *server_args(tmp_path / "state")], work, **kw)
+        argv = argv or [SERVERS.python("MCP"), *server_args(tmp_path / "state")]
+        client = RawClient(argv, work, **kw)
         started.append(client)
         return client
 
