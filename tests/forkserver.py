@@ -1,31 +1,39 @@
-"""A fork server for the integration tests' hosts: each test still gets a
-fresh host process, but forked from an interpreter that has already imported
-the host's modules, instead of a new interpreter paying the imports again
-(about 0.2 CPU-s a host, 0.35 traced by coverage: most of what an integration
-test costs; see bench/ANALYSIS.md).
+"""A fork server for the tests' hosts and MCP servers: each test still gets
+fresh processes, but forked from an interpreter that has already imported
+their modules, instead of a new interpreter paying the imports again (about
+0.2 CPU-s a host, twice that traced by coverage, about 1 CPU-s an MCP server:
+most of what an integration test cost; see bench/ANALYSIS.md).
 
-How a host starts through it:
+How a process starts through it:
 
-- `Editor.setup()` gives the plugin `shim()` as its `python`: a small script
-  run with `-I -S` (no site, so no coverage start) that takes the place of the
-  interpreter. Given the argv the plugin starts its entry points with
-  (`-E -c CODE ARGS…`, lua/sidekick_tools/host.lua `command`), it connects to
-  the server named by $SIDEKICK_TEST_FORKSERVER (or …_COV when coverage
-  measures this Neovim's hosts) and hands it its stdin, stdout and stderr,
-  argv, environment, working directory and umask. Any other argv, or no
-  server, and it `exec`s the real interpreter.
+- `ForkServers.python(kind)` is a small script, the shim, that takes the place
+  of the interpreter (`Editor.setup()` gives it to the plugin as `python`; the
+  MCP helpers start servers with it). It runs with `-I -S`: no site, so no
+  coverage start of its own. Given the argv the plugin starts its entry points
+  with (`-E -c CODE PLUGIN_PATH ARGS`, lua/sidekick_tools/host.lua `command`)
+  or the one agents start the MCP server with (`-P -m sidekick_tools.mcp ARGS`,
+  the package on PYTHONPATH), it connects to that kind's server (the one
+  measured by coverage when the COVERAGE_ variables are set) and hands it its
+  stdin, stdout and stderr, argv, environment, working directory and umask.
+  Any other argv, a copy of the package elsewhere, or no server: it `exec`s
+  the real interpreter.
 - The server forks. The child takes the fds, the environment, the folder and
-  the umask, sets sys.argv and sys.path as `python -E -c` would, runs CODE,
-  and exits the way the interpreter does (non-daemon threads joined, atexit
-  run: coverage saves the child's data under the child's pid).
-- The shim stays the process Neovim knows: the signals it gets go to the
-  child, it exits with the child's status (dying of the same signal), and when
-  it is killed the server SIGKILLs the child, so `jobstop` and a test's
-  SIGKILL of `jobpid()` end the host as before.
+  the umask, starts a session of its own (as Neovim gives each job), sets
+  sys.argv and sys.path as the interpreter would, runs the code, and exits the
+  way the interpreter does (non-daemon threads joined, then atexit: coverage
+  saves the child's data, with the server's import-time lines, under the
+  child's pid). Its name (ps, process accounting) is fork-host or fork-mcp.
+- The shim stays the process its caller knows: the signals it gets go to the
+  child, it exits with the child's status or dies of the same signal, and when
+  it is killed the server SIGKILLs the child, so `jobstop` ends the host as
+  before. `host_of(pid)` is the child of a shim: `Editor.host_pid()` returns
+  it, so a test that kills the host kills the host itself.
 
 What a test could tell apart: the host's parent is the server, not Neovim
-(the host is told Neovim's pid in `init`), and its /proc cmdline is the
-server's. Tests that check the interpreter itself set `python` themselves.
+(the host is told Neovim's pid in `init`), its /proc cmdline is the server's,
+and `sys.executable` names the interpreter, not the shim. Tests about the
+interpreter itself set `python` themselves. SIDEKICK_TEST_FORKSERVER=off
+starts every process for real.
 """
 
 from __future__ import annotations
@@ -170,7 +178,7 @@ def _exit_code(code: object) -> int:
 
 
 def _child(conn: socket.socket, listener: socket.socket, head: dict, fds: list[int]) -> None:
-    """In the forked child: become the process `python -E -c CODE ARGS` would be; never returns."""
+    """In the forked child: become the process `python ARGV` would be; never returns."""
     listener.close()
     conn.close()
     os.setsid()  # Neovim starts each job in a session of its own
