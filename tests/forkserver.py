@@ -66,6 +66,7 @@ PRELOAD = {
 # working directory on sys.path, sys.flags.safe_path set as with `python -P`)
 FLAGS = {"HOST": ["-E"], "MCP": ["-E", "-P"]}
 MAX_MESSAGE = 1 << 20
+# coverage's variables: with them, every Python process a test starts is measured
 COVERAGE_VARS = ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")
 
 # ---------------------------------------------------------------- the shim

@@ -12,7 +12,7 @@ import pytest
 
 from tests import nvims
 from tests.conftest import wait_for
-from tests.forkserver import SERVERS
+from tests.forkserver import COVERAGE_VARS, SERVERS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -160,10 +160,6 @@ def quit_nvim(ed: Editor) -> None:
         ed.nvim.close()
     except Exception:
         pass
-
-
-# coverage's variables: with them, every Python process a test starts is measured
-COVERAGE_VARS = ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")
 
 
 @pytest.fixture(params=[b for _, b in NVIMS] or [None], ids=[lbl for lbl, _ in NVIMS] or ["none"])
