@@ -127,3 +127,42 @@ async def test_a_failed_look_leaves_no_buffer_holding_its_events():
     for _ in range(3):
         nvim.edit()
     assert port._attaching == {}
+
+
+class ReopenedNvim(ScriptedNvim):
+    """A chat closed (`:bdelete`), then opened again (`:edit`): while it is
+    unloaded, `nvim_buf_attach` answers False."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.loaded = False
+
+    def request(self, method: str, *args: Any) -> Any:
+        if method == "nvim_buf_attach" and not self.loaded:
+            return False
+        return super().request(method, *args)
+
+
+async def test_a_chat_opened_while_a_look_finds_it_unloaded_is_looked_at_again():
+    """A task of a closed chat ends: writing its result looks at the buffer,
+    and Neovim answers that it is not loaded. The user opens the chat before
+    the host has read that answer, and the chat's BufReadPost asks for its
+    mirror: it gets the reopened buffer, not the answer of the look that was
+    under way (the chat's running block was never followed, and its result
+    never written)."""
+    nvim = ReopenedNvim(asyncio.get_running_loop(), WITHOUT_RESULT, 9)
+    port = NvimPort(nvim)
+    nvim.port = port
+    writing = asyncio.ensure_future(port.mirror(BUF))
+    await settle()
+    nvim.answer_next()  # not loaded; the host has not read it yet
+    nvim.loaded = True  # :edit
+    opened = asyncio.ensure_future(port.mirror(BUF))
+    await settle()
+    while nvim.asked:
+        nvim.answer_next()
+        await settle()
+    assert await writing is None
+    mirror = await opened
+    assert mirror is not None and mirror.lines == WITHOUT_RESULT
+    assert nvim.attached

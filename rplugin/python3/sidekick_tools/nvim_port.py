@@ -119,16 +119,27 @@ class NvimPort:
 
     # -- buffers ----------------------------------------------------------------
     async def mirror(self, buf: int) -> BufferMirror | None:
-        """The mirror of `buf`, attaching to it on first use. None if the buffer is gone."""
-        mirror = self.mirrors.get(buf)
-        if mirror is not None and mirror.tick is not None:
-            return mirror
-        looking = self._looking.get(buf)
-        if looking is None:
-            looking = asyncio.ensure_future(self._look(buf))
-            self._looking[buf] = looking
-            looking.add_done_callback(lambda f: self._looked(buf, f))
-        return await asyncio.shield(looking)
+        """The mirror of `buf`, attaching to it on first use. None if the buffer is
+        not loaded.
+
+        A look already under way is joined. It began before this caller asked,
+        and the buffer may have been loaded since (the caller may be answering
+        the chat's BufReadPost): when that look finds no buffer, one more look,
+        begun after the caller asked, gives the answer."""
+        for _ in range(2):
+            mirror = self.mirrors.get(buf)
+            if mirror is not None and mirror.tick is not None:
+                return mirror
+            looking = self._looking.get(buf)
+            joined = looking is not None and not looking.done()
+            if not joined:
+                looking = asyncio.ensure_future(self._look(buf))
+                self._looking[buf] = looking
+                looking.add_done_callback(lambda f: self._looked(buf, f))
+            mirror = await asyncio.shield(looking)
+            if mirror is not None or not joined:
+                return mirror
+        return None
 
     def _looked(self, buf: int, fut: asyncio.Future[Any]) -> None:
         if self._looking.get(buf) is fut:
