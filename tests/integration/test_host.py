@@ -117,6 +117,19 @@ def test_dead_host_is_reported_once_and_replaced(editor):
     assert len([n for n in editor.notifications() if "Python host exited" in n]) == 1
 
 
+def test_the_host_ends_quietly_when_neovim_lets_it_go(editor):
+    """Neovim closing the host's channel (as it does when it quits) is the
+    host's usual end: it exits 0 and prints nothing. pynvim says a closed
+    channel with an EOFError, which escaped: every host ended with code 1 and
+    `EOFError: connection_lost` on its stderr."""
+    editor.setup()
+    assert editor.lua("return require('sidekick_tools.host').request('ping')") == "pong"
+    editor.lua("vim.fn.chanclose(require('sidekick_tools.host').channel(), 'rpc')")
+    said = wait_for(lambda: [n for n in editor.notifications() if "host exited" in n] or None)
+    assert len(said) == 1 and "(code 0)" in said[0], said
+    assert "Traceback" not in said[0] and "EOFError" not in said[0], said
+
+
 def test_plugin_loaded_after_start_up_like_a_lazy_loader(tmp_path, monkeypatch):
     """Load the plugin only when a command is first needed (lazy.nvim's `cmd`)."""
     import pynvim

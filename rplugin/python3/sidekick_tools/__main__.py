@@ -32,8 +32,10 @@ def main() -> int:
     host = Host(nvim)
     try:
         nvim.run_loop(host.on_request, host.on_notification)
+    except EOFError:
+        pass  # Neovim closed the channel (it quit, or let this host go): the usual end
     finally:
-        host.close()  # Neovim closed our stdin: apply kill_on_exit
+        host.close()  # apply kill_on_exit
     return 0
 
 
