@@ -209,7 +209,10 @@ def _child(conn: socket.socket, listener: socket.socket, head: dict, fds: list[i
     except SystemExit as e:
         status = _exit_code(e.code)
     except BaseException:
-        traceback.print_exc()
+        try:  # as the interpreter prints it; a closed stderr (Neovim gone) stops nothing
+            traceback.print_exc()
+        except Exception:
+            pass
         status = 1
     try:
         threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter's exit does

@@ -135,3 +135,27 @@ def test_an_mcp_server_started_through_the_shim_answers_as_the_real_one(servers,
         results.append((done.returncode, done.stdout, done.stderr))
     assert results[0] == results[1] and results[0][0] == 2 and "does not exist" in results[0][2]
     assert any(k.startswith("MCP") for k, _ in servers.procs)
+
+
+def test_a_process_failing_after_its_stderr_closed_still_ends_as_the_server_ends_it(
+    servers, tmp_path
+):
+    """A host whose Neovim is gone fails, and its traceback cannot be printed:
+    its exit functions (where coverage saves) still run in the server's own end
+    of the process, with SIGTERM ignored, and it exits 1 as the interpreter
+    would. The failed print used to leave that end, and a SIGTERM then cut
+    coverage's save short: a data file without its tables."""
+    code = (
+        "import atexit, os, signal, sys\n"
+        "def record():\n"
+        "    with open(sys.argv[-1], 'w') as f:\n"
+        "        f.write(str(signal.getsignal(signal.SIGTERM)))\n"
+        "atexit.register(record)\n"
+        "os.close(2)\n"
+        "raise RuntimeError('Neovim is gone')\n"
+    )
+    marker = tmp_path / "exit-functions"
+    proc = start(servers.python(), ["-E", "-c", code, PLUGIN_PATH, str(marker)], tmp_path)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert marker.read_text() == str(signal.SIG_IGN)
