@@ -135,6 +135,9 @@ def setup_errors(editor, opts) -> list[str]:
 
 
 def start_nvim(workdir: Path, state_dir: Path, binary: str | None = None) -> Editor:
+    # the shim finds its server by the environment Neovim starts with: the
+    # server is up before, or the hosts of this Neovim would start for real
+    SERVERS.python()
     argv = [
         binary or nvim_binary(),
         "--embed",
