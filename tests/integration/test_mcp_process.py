@@ -153,6 +153,30 @@ def test_protocol_shapes_over_raw_json_lines(raw, tmp_path):
     assert client.close() == 0
 
 
+def test_a_message_the_sdk_cannot_read_is_answered_all_the_same(raw, tmp_path):
+    """The SDK's transport drops, without an answer, a line it cannot read,
+    and the client waits for one until its own time limit: a lone surrogate
+    escape in an argument (Python's json reads it, the SDK's parser not), a
+    request that is no valid JSON-RPC, a line that is no JSON. The first is
+    read with U+FFFD in its place and answered as any call; the others get
+    JSON-RPC's errors; the server goes on."""
+    client = raw()
+    client.initialize()
+    args = {"name": "status", "arguments": {"task": "ab\ud800cd"}}
+    status = client.request(2, "tools/call", args)["result"]
+    assert status["isError"] is True
+    assert "ab\ufffdcd" in status["content"][0]["text"]
+    client.send({"id": 3, "method": 5})
+    assert client.answer(3)["error"]["code"] == -32600
+    assert client.proc.stdin is not None
+    client.proc.stdin.write(b'{"id": 4, "method": "tools/list"\n')
+    client.proc.stdin.flush()
+    assert client.answer(None)["error"]["code"] == -32700
+    tools = client.request(5, "tools/list")["result"]["tools"]
+    assert len(tools) == 7
+    assert client.close() == 0
+
+
 HOSTILE = "open({marker!r}, 'a').write(__name__ + '\\n'); raise SystemExit('hostile {name}')\n"
 
 

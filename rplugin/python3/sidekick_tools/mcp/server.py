@@ -20,15 +20,19 @@ Logs go to ``<state_dir>/mcp.log``, never to stdout (the protocol's channel).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import re
 import signal
 from typing import Any
 
+import anyio
 import mcp.types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 
 from .. import __version__
 from ..statedir import log_to_file, open_state_dir
@@ -96,6 +100,123 @@ def build_server(face: Face) -> Server[Any]:
     )
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_surrogates(value: Any) -> Any:
+    """`value` (parsed JSON) with each lone surrogate a U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    return value
+
+
+class _Unread(Exception):
+    """A line that is no JSON at all."""
+
+
+def _sent(exc: Exception) -> Any:
+    """What the client sent, from the SDK's error about it: the message as
+    Python's json reads it; `_Unread` when it is no JSON; None when the error
+    does not hold it."""
+    errors = getattr(exc, "errors", None)
+    try:
+        found = errors() if callable(errors) else []
+    except Exception:
+        found = []
+    for error in found:
+        value = error.get("input")
+        if error.get("type") == "json_invalid" and isinstance(value, (str, bytes)):
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise _Unread from None
+        if isinstance(value, dict) and len(error.get("loc", ())) <= 2:
+            return value  # the message itself (a field of it was wrong)
+    return None
+
+
+class MendedReads:
+    """The client's messages as the SDK's stdio transport read them, with what
+    it could not read looked at again. The SDK drops such a line without an
+    answer, and a client waits for one until its own time limit:
+
+    - JSON with a lone surrogate escape ("\\ud800": the SDK's parser refuses
+      it, Python's reads it) is read with U+FFFD in its place;
+    - a request that is still no valid message is answered "invalid request",
+      and a line that is no JSON "parse error" (JSON-RPC 2.0, section 5.1)."""
+
+    def __init__(self, inner: Any, write_stream: Any) -> None:
+        self._inner = inner
+        self._write = write_stream
+
+    @property
+    def last_context(self) -> Any:  # the SDK runs handlers in the reader's context
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            mended = await self._mend(item)
+            if mended is not None:
+                return mended
+
+    async def _mend(self, exc: Exception) -> SessionMessage | None:
+        try:
+            sent = _sent(exc)
+        except _Unread:
+            await self._refuse(None, types.PARSE_ERROR, "Parse error: the line is not JSON")
+            return None
+        if sent is None:
+            log.info("a message that could not be read: %r", exc)
+            return None
+        sent = _without_surrogates(sent)
+        try:
+            return SessionMessage(types.jsonrpc_message_adapter.validate_python(sent))
+        except Exception as e:
+            rid = sent.get("id") if isinstance(sent, dict) else None
+            if isinstance(sent, dict) and "method" in sent and _is_id(rid):
+                count = getattr(e, "error_count", lambda: 1)()
+                why = f"Invalid request: not a JSON-RPC request ({count} problems)"
+                await self._refuse(rid, types.INVALID_REQUEST, why)
+            else:  # a malformed response or notification: nothing to answer
+                log.info("a message that is not JSON-RPC: %.200r", sent)
+            return None
+
+    async def _refuse(self, rid: Any, code: int, message: str) -> None:
+        error = types.JSONRPCError(
+            jsonrpc="2.0", id=rid, error=types.ErrorData(code=code, message=message)
+        )
+        await self._write.send(SessionMessage(error))
+
+    def __aiter__(self) -> MendedReads:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> MendedReads:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
 def _client_name(ctx: Any) -> str | None:
     params = getattr(ctx.session, "client_params", None)
     info = getattr(params, "client_info", None)
@@ -142,8 +263,9 @@ async def serve(options: Options) -> int:
 
     try:
         async with stdio_server() as (read_stream, write_stream):
+            reads = MendedReads(read_stream, write_stream)
             serving = asyncio.ensure_future(
-                server.run(read_stream, write_stream, server.create_initialization_options())
+                server.run(reads, write_stream, server.create_initialization_options())
             )
 
             def on_signal() -> None:
