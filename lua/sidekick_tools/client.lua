@@ -243,8 +243,23 @@ function M.stop(buf)
 end
 
 --- Halt task `token`, or the task of the call at (buf, row).
+-- Tasks the user halted here, whose end their halt tells (its answer, and
+-- while halting one message once ended): their end notification is not shown.
+local halted_here = {}
+
 function M.halt(token, buf, row)
-  return act(buf, "halt", token or vim.NIL, buf, row)
+  local res = act(buf, "halt", token or vim.NIL, buf, row)
+  if type(res) == "table" and res.halted == true and res.id then
+    halted_here[res.id] = true
+  end
+  return res
+end
+
+--- Whether the end of task `id` was told by the user's halt (asked once: forgotten then).
+function M.halted_here(id)
+  local told = halted_here[id] == true
+  halted_here[id] = nil
+  return told
 end
 
 --- What :SidekickRunTools would do with each pending call: { id, tool, what, verdict, problem }.

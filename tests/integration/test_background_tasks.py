@@ -105,6 +105,38 @@ def test_halt_kills_a_tree_that_ignores_sigterm(editor):
     editor.wait_diag(4, "⊘ run_terminal_command")
 
 
+def test_halting_a_task_whose_chat_is_out_of_view_is_said_once(editor):
+    """`:SidekickHalt TOKEN` typed in another buffer: the halt's answer and the
+    task's end notification (its chat out of view) both said that the task
+    was cancelled. The halt says it; the end is not said again."""
+    editor.setup(tasks={"hybrid_threshold": 0.2})
+    marker = editor.workdir / "release"
+    editor.open_chat(HEAD + call("o", "sleep 1000"))
+    editor.run_tool(5)
+    editor.wait_text("```result id=o status=running task=")
+    token = task_of(editor, "o")["id"]
+    editor.nvim.command("enew")
+    editor.nvim.command(f"SidekickHalt {token}")
+    wait_for(lambda: task_of(editor, "o")["status"] == "cancelled")
+    # a later request: the end's events and what they scheduled have run
+    editor.lua("return require('sidekick_tools.host').request('ping')")
+    said = [n for n in editor.notifications() if token in n]
+    assert said == [f"sidekick_tools: task {token} cancelled"]
+    # another task's end, out of view, is still said
+    editor.nvim.command("buffer chat.sidekick.md")
+    editor.lua(
+        "vim.api.nvim_buf_set_lines(0, -1, -1, false, vim.split(..., '\\n'))",
+        "USER: more\n\nASSISTANT: Again.\n\n" + call("p", wait_cmd(marker, "echo later")),
+    )
+    row = next(i for i, line in enumerate(editor.lines()) if "id=p" in line)
+    editor.run_tool(row + 1)
+    editor.wait_text("```result id=p status=running task=")
+    later = task_of(editor, "p")["id"]
+    editor.nvim.command("enew")
+    marker.write_text("")
+    wait_for(lambda: any(f"task {later} completed" in n for n in editor.notifications()))
+
+
 def test_halt_the_call_under_the_cursor(editor):
     editor.setup(tasks={"halt_grace": 0.5, "hybrid_threshold": 0.2})
     editor.open_chat(HEAD + call("hc", "sleep 1000"))

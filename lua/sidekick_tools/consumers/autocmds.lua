@@ -46,9 +46,14 @@ local function on_task(ev)
     fire("SidekickTaskStarted", task)
   elseif ev.finished then
     fire("SidekickTaskFinished", task)
-    if M.should_notify(task) then
-      vim.notify(M.message(task), LEVEL[task.status] or vim.log.levels.INFO)
-    end
+    local notify = M.should_notify(task)
+    -- looked at once the request under way is answered: a halt's answer may
+    -- come after the end it caused, and a task the user halted is told by it
+    vim.schedule(function()
+      if not require("sidekick_tools.client").halted_here(task.id) and notify then
+        vim.notify(M.message(task), LEVEL[task.status] or vim.log.levels.INFO)
+      end
+    end)
   end
 end
 

@@ -17,7 +17,9 @@ ANSWER_WAIT = 0.1  # seconds :SidekickHalt may hold the editor before answering
 
 def halt_answer(tasks: Any, port: Any, token: str, grace: float) -> dict[str, Any]:
     """Halt task `token` (from an RPC handler's greenlet); the answer for the
-    editor: ``{id, status, message}``, status ``halting`` while it ends."""
+    editor: ``{id, status, message, halted}``, status ``halting`` while it
+    ends; ``halted``: this halt ends it (its end is told by this answer and,
+    while halting, by one message when it has ended)."""
     task = tasks.get(token)
     if task is None:
         raise UserError(f"sidekick_tools: no task {token} (unknown or expired)")
@@ -36,12 +38,14 @@ def halt_answer(tasks: Any, port: Any, token: str, grace: float) -> dict[str, An
             "status": "halting",
             "message": f"sidekick_tools: halting task {token}: SIGTERM sent; SIGKILL in "
             f"{grace:g}s if it is still running",
+            "halted": True,
         }
-    return answer(token, task.status.value, task.status.value)
+    return answer(token, task.status.value, task.status.value, halted=True)
 
 
-def answer(token: str, status: str, said: str) -> dict[str, Any]:
-    return {"id": token, "status": status, "message": f"sidekick_tools: task {token} {said}"}
+def answer(token: str, status: str, said: str, halted: bool = False) -> dict[str, Any]:
+    message = f"sidekick_tools: task {token} {said}"
+    return {"id": token, "status": status, "message": message, "halted": halted}
 
 
 def _ended(port: Any, token: str, halting: asyncio.Future[Any]) -> None:
