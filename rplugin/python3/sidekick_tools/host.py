@@ -242,7 +242,7 @@ class Host:
         if not token:
             if buf is not None and row is not None:
                 self.port.block_on(self.port.mirror(int(buf)))
-                token = self.calls.token_at(int(buf), int(row))
+                token = self.calls.token_at(int(buf), int(row), own=True)
             if not token:
                 raise UserError(
                     "sidekick_tools: no task under the cursor; give a token: :SidekickHalt TOKEN"

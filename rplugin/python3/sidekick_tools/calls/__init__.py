@@ -24,6 +24,7 @@ from typing import Any
 
 from ..config import Config
 from ..tasks.chat_rename import rename_chat
+from ..tasks.model import is_token
 from . import unseen
 from .batch import CallBatch
 from .chain import CallChain, UserError
@@ -142,8 +143,11 @@ class CallRunner:
         fut = asyncio.ensure_future(self.chat_opened(buf, write_ended=False))
         fut.add_done_callback(log_failure)
 
-    def token_at(self, buf: int, row: int) -> str | None:
-        """The task of the call at (buf, row), if it has one."""
+    def token_at(self, buf: int, row: int, own: bool = False) -> str | None:
+        """The task of the call at (buf, row), if it has one. `own` (to act on
+        it: a halt): only a task this call started, as a reopened chat follows
+        only its own (DESIGN §12); a block naming another's (a chat from
+        elsewhere, a copied block) is a UserError that names the token."""
         mirror = self.port.mirrors.get(buf)
         call = mirror.chat().call_at(row) if mirror is not None else None
         if call is None:
@@ -151,6 +155,13 @@ class CallRunner:
         tracked = self.registry.get(buf, call.call_id or "")
         if tracked and tracked.token:
             return tracked.token
-        if call.result and call.result.fields.get("task"):
-            return call.result.fields["task"]
-        return None
+        token = call.result.fields.get("task") if call.result else None
+        if not token or not own:
+            return token or None
+        task = self.ctx.tasks.get(token) if is_token(token) else None
+        if task is not None and (task.chat, task.call_id) != (mirror.name, call.call_id):
+            raise UserError(
+                f"sidekick_tools: task {token} is not this call's (another chat or call "
+                f"started it); to halt it all the same: :SidekickHalt {token}"
+            )
+        return token
