@@ -224,7 +224,7 @@ end
 -- The requests the user makes on a buffer, each (buf, ...) -> the host's answer:
 --   run_tool(buf, row, cwd)          the call at row, then the chain after it
 --   run_tools(buf, cwd, ids)         ids: the calls to run (vim.NIL: every pending one)
---   run_call(buf, call_id, cwd)      the call with that id (rerun)
+--   run_call(buf, call_id, cwd, token) the call with that id (rerun of task token)
 --   deny(buf, row, reason, cwd)      a denied result for the call at row, then the chain
 for _, method in ipairs({ "run_tool", "run_tools", "run_call", "deny" }) do
   M[method] = function(buf, ...)

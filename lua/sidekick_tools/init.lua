@@ -232,7 +232,7 @@ function M.rerun(token)
   if not buf then
     return err(load_err)
   end
-  local res, run_err = ask("run_call", buf, task.call_id, vim.fn.getcwd())
+  local res, run_err = ask("run_call", buf, task.call_id, vim.fn.getcwd(), token)
   if not res then
     return nil, run_err
   end

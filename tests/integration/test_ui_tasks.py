@@ -448,6 +448,35 @@ def test_rerun_replaces_the_result_block(editor):
     assert editor.text(chat_buf).count("```result id=c2 ") == 1
 
 
+def test_rerun_refuses_a_call_that_now_reads_otherwise(editor):
+    """`r` on a task's row runs its call again as the chat reads now: after an
+    edit of the call (or a change of the file on disk), that is not the
+    command the row shows, and the user has not read it. Refused, saying
+    where to read it; nothing runs."""
+    editor.setup()
+    editor.open_chat(chat(call_block("run_terminal_command", {"command": COUNTING}, "c1")))
+    chat_buf = current_buf(editor)
+    editor.run_tool(HEADER_ROW + 1)
+    editor.wait_text("```result id=c1 status=completed")
+    edited = '{"command": "echo edited >> runs.txt"}'
+    editor.lua(
+        "local buf, row, text = ...\n"
+        "vim.api.nvim_buf_set_lines(buf, row, row + 1, false, { text })",
+        chat_buf,
+        HEADER_ROW + 1,
+        edited,
+    )
+    open_tasks(editor)
+    editor.nvim.command("call cursor(2, 1)")
+    editor.nvim.input("r")
+    said = wait_for(lambda: [n for n in editor.notifications() if "no longer reads" in n] or None)
+    assert "call c1 no longer reads as what task" in said[0] and ":SidekickRunTool" in said[0]
+    assert (editor.workdir / "runs.txt").read_text() == "run\n"
+    assert [ln.strip() for ln in result_body(editor, "c1", chat_buf)] == ["1"]
+    tasks = editor.lua("return require('sidekick_tools').list_tasks()")
+    assert len(tasks) == 1
+
+
 def test_a_task_without_a_chat_call_cannot_be_rerun(editors, tmp_path):
     state = tmp_path / "state"
     state.mkdir(mode=0o700)

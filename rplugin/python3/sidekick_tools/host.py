@@ -210,9 +210,14 @@ class Host:
         return self.port.block_on(self.calls.deny(int(buf), int(row), str(reason or ""), cwd))
 
     @rpc.request
-    def rpc_run_call(self, buf: int, call_id: str, cwd: str | None = None) -> Any:
+    def rpc_run_call(
+        self, buf: int, call_id: str, cwd: str | None = None, token: str | None = None
+    ) -> Any:
         cwd = str(cwd) if cwd else self._cwd()
-        return self._run_request(lambda _gate: self.calls.run_call(int(buf), str(call_id), cwd))
+        token = str(token) if token else None
+        return self._run_request(
+            lambda _gate: self.calls.run_call(int(buf), str(call_id), cwd, token)
+        )
 
     @rpc.request
     def rpc_send(self, buf: int, cwd: str | None = None) -> Any:

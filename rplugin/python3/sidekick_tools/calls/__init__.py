@@ -89,8 +89,10 @@ class CallRunner:
     ) -> dict[str, Any]:
         return await self.batch.run_tools(buf, cwd, gate, ids)
 
-    async def run_call(self, buf: int, call_id: str, cwd: str) -> dict[str, Any]:
-        return await self.chain.run_call(buf, call_id, cwd)
+    async def run_call(
+        self, buf: int, call_id: str, cwd: str, token: str | None = None
+    ) -> dict[str, Any]:
+        return await self.chain.run_call(buf, call_id, cwd, token)
 
     async def plan(self, buf: int, cwd: str) -> list[dict[str, Any]]:
         return await self.batch.plan(buf, cwd)

@@ -19,7 +19,7 @@ from ..chat import ToolCall
 from ..tools.base import ToolResult
 from ..tools.policy import judge
 from .context import CallContext
-from .execute import CallExecutor, denied
+from .execute import CallExecutor, denied, started_by
 from .follow import TaskFollower
 from .marking import CallMarks, Found, UserError
 from .registry import Tracked
@@ -92,8 +92,13 @@ class CallChain:
         self.spawn(self.chain(tracked, cwd, found=found, gate=gate))
         return {"id": tracked.call_id, "tool": tracked.tool}
 
-    async def run_call(self, buf: int, call_id: str, cwd: str) -> dict[str, Any]:
-        """Run call `call_id` again (its result block is replaced); no chain."""
+    async def run_call(
+        self, buf: int, call_id: str, cwd: str, token: str | None = None
+    ) -> dict[str, Any]:
+        """Run call `call_id` again (its result block is replaced); no chain.
+        `token`: the task the user chose to run again (the task list shows
+        what it ran): refused when the call now reads otherwise (the chat was
+        edited, or changed on disk), which the user has not seen."""
         mirror = await self.marks.mirror(buf)
         blocks = [c for c in mirror.chat().calls if c.call_id == call_id]
         if not blocks:
@@ -104,6 +109,13 @@ class CallChain:
                 "mean with :SidekickRunTool on it"
             )
         call = blocks[0]
+        task = self.ctx.tasks.get(token) if token else None
+        if task is not None and not started_by(task, call, self.ctx.config.agents):
+            raise UserError(
+                f"sidekick_tools: call {call_id} no longer reads as what task {token} ran "
+                f"(its chat changed since); read it in {mirror.name or buf} and run it "
+                "there with :SidekickRunTool"
+            )
         self.refuse_streaming(buf, mirror, call)
         self.marks.refuse_busy(buf, call)
         tracked = await self.marks.prepare(buf, call)
