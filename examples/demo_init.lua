@@ -3,6 +3,8 @@
 -- its address in SIDEKICK_DEMO_URL).
 vim.opt.runtimepath:prepend(vim.env.SIDEKICK_ROOT)
 vim.opt.swapfile = false
+-- :qa saves the chat (a copy in the demo's temporary folder) instead of refusing
+vim.opt.autowriteall = true
 vim.g.mapleader = " "
 
 local url = vim.env.SIDEKICK_DEMO_URL
@@ -24,10 +26,8 @@ end
 vim.api.nvim_create_autocmd("VimEnter", {
   once = true,
   callback = function()
-    local hint = "demo, scripted model (offline): "
-      .. "<Space>ss (:SidekickSend)"
-      .. " sends · a ▶ call waits for you: <Space>sr runs it, <Space>sd denies it"
-      .. " · <Space>sx stops · :qa quits"
+    local hint = "demo, scripted model (offline): <Space>ss sends · a ▶ call waits:"
+      .. " <Space>sR asks to run it, on it <Space>sr runs it, <Space>sd denies · :qa quits"
     vim.wo.winbar = hint:gsub("%%", "%%%%")
     -- windows split from the chat's (the task list, a help window) go without it
     vim.api.nvim_create_autocmd("WinNew", {

@@ -137,7 +137,11 @@ def test_interactive_demo_sends_on_its_key_and_cleans_up_on_exit() -> None:
         assert "no network, no API key" in text
         os.write(master, b" ss")
         _read_until(master, lambda t: "toolu_demo_run needs your consent" in t)
-        os.write(master, b"\x1b:qa!\r")
+        os.write(master, b" sR")  # as the hint says: asks to run it
+        _read_until(master, lambda t: "[C]ancel" in t)
+        os.write(master, b"r")
+        _read_until(master, lambda t: "✓ run_terminal_command" in t)
+        os.write(master, b"\x1b:qa\r")  # the chat changed: saved (autowriteall), not refused
         text = _read_until(master, lambda t: f"demo: removed {base}" in t)
         assert proc.wait(timeout=30) == 0
         assert not base.exists()
