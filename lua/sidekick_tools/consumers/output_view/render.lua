@@ -177,7 +177,7 @@ function M.trim(v)
   v.lines = vim.list_slice(v.lines, drop + 1)
   v.bytes, v.dropped = bytes, v.dropped + drop
   v.note = string.format(
-    "[… %d earlier lines not shown (the view keeps the last %d); full logs in %s]",
+    "[… %d earlier lines not shown (the view holds at most %d); full logs in %s]",
     v.dropped,
     M.MAX_LINES,
     v.task.log_dir or "the task's log folder"
