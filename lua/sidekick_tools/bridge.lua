@@ -80,12 +80,24 @@ function M.apply(buf, tick, edits, placed, anchors)
   for _, m in ipairs(anchors or {}) do
     marks.place(buf, m[1], m[2])
   end
+  -- The user typing in this chat (Insert or Replace mode): these lines would
+  -- join their typing's undo step (one `u` would take back the results with
+  -- it, and the calls would read as never run). Setting 'undolevels' closes
+  -- the step, before the edit and after it.
+  local mode = vim.api.nvim_get_mode().mode:sub(1, 1)
+  local typing = (mode == "i" or mode == "R") and buf == vim.api.nvim_get_current_buf()
+  if typing then
+    vim.o.undolevels = vim.o.undolevels
+  end
   local modifiable = vim.bo[buf].modifiable
   vim.bo[buf].modifiable = true
   for _, e in ipairs(edits or {}) do
     vim.api.nvim_buf_set_lines(buf, e[1], e[2], false, e[3])
   end
   vim.bo[buf].modifiable = modifiable
+  if typing then
+    vim.o.undolevels = vim.o.undolevels
+  end
   for _, m in ipairs(placed or {}) do
     marks.place(buf, m[1], m[2])
   end

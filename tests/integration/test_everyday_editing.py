@@ -177,6 +177,34 @@ def test_undoing_a_result_makes_the_call_pending_again(editor):
     editor.wait_diag(4, "✓")
 
 
+def test_a_result_written_while_the_user_types_is_an_undo_step_of_its_own(editor):
+    """Typing in the chat while a task ends: its result and notice went into
+    the typing's undo step, so one `u` took them back with the typing and the
+    call read as never run (:SidekickRunTools offered to run it again). They
+    are a step of their own: `u` takes back the typing after them, then them,
+    then the typing before."""
+    editor.setup(tasks={"hybrid_threshold": 0.3})
+    marker = editor.workdir / "release"
+    editor.open_chat(HEAD + call("bg", wait_cmd(marker, "echo finished")))
+    background(editor, "bg", marker)
+    editor.nvim.command("normal! gg")
+    editor.nvim.input("A more")
+    wait_for(lambda: editor.nvim.api.get_mode()["mode"] == "i")
+    marker.write_text("")
+    editor.wait_text("```result id=bg status=completed exit=0")
+    editor.nvim.input(" and after<Esc>")
+    wait_for(lambda: editor.nvim.api.get_mode()["mode"] == "n")
+    assert editor.lines()[0] == "USER: go more and after"
+    editor.nvim.command("undo")
+    assert editor.lines()[0] == "USER: go more"
+    assert "```result id=bg status=completed exit=0" in editor.text()
+    editor.nvim.command("undo")
+    assert "```result id=bg status=completed" not in editor.text()
+    assert editor.lines()[0] == "USER: go more"
+    editor.nvim.command("undo")
+    assert editor.lines()[0] == "USER: go"
+
+
 def test_undo_and_redo_of_a_result_in_an_older_message_bring_its_check_back(editor):
     """A call of an earlier assistant message that ran in this session shows ✓;
     undoing its result and redoing it left it with no state at all, like old
