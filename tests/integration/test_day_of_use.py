@@ -124,6 +124,23 @@ def test_a_file_opened_in_a_view_window_keeps_the_users_window_options(editor):
         editor.nvim.command("close")
 
 
+def test_a_result_not_written_into_an_edited_call_says_why(editor):
+    """The call's command was edited while it ran (its id kept): its result
+    is not written into a block that asks for something else, and the message
+    said "no longer in the chat (deleted, or its id changed)", neither of
+    which had happened. It says what did."""
+    editor.setup(tasks={"hybrid_threshold": 0.2})
+    marker = editor.workdir / "release"
+    editor.open_chat(HEAD + call("t4", gate(marker, "echo once")))
+    editor.run_tool(ROW + 1)
+    editor.wait_text("```result id=t4 status=running task=")
+    editor.nvim.command("%s/echo once/echo twice/")
+    marker.write_text("")
+    note = wait_for(lambda: next((n for n in editor.notifications() if "of call t4" in n), None))
+    assert "ended completed, not written" in note, note
+    assert "now asks for something else (edited while it ran)" in note, note
+
+
 def test_editing_a_running_calls_id_says_the_task_runs_on(editor):
     editor.setup(tasks={"hybrid_threshold": 0.5})
     marker = editor.workdir / "release"

@@ -14,7 +14,7 @@ from ..chat import ToolCall
 from ..chat.render import header_with_id, new_call_id
 from .context import CallContext
 from .registry import Tracked
-from .writer import CALL_GONE
+from .writer import call_lost
 
 RETRIES = 50  # a call's id and mark, while the mirror catches up with the buffer
 
@@ -162,7 +162,7 @@ class CallMarks:
         rows = await self.ctx.port.mark_rows(tracked.buf, [tracked.mark])
         call = tracked.block_in(mirror.chat(), rows.get(tracked.mark, -1))
         if call is None:
-            self.writer.lost(tracked, CALL_GONE)
+            self.writer.lost(tracked, call_lost(mirror.chat(), tracked))
             return None
         return mirror, call
 

@@ -38,6 +38,14 @@ log = logging.getLogger(__name__)
 
 # why a result cannot be written when its call's block is not in the chat
 CALL_GONE = "its call is no longer in the chat (deleted, or its id changed)"
+CALL_EDITED = "its call now asks for something else (edited while it ran)"
+
+
+def call_lost(chat: Any, tracked: Tracked) -> str:
+    """Why a followed call's block was not found in `chat`: gone, or a block
+    with its id that reads otherwise (`Tracked.block_in` refuses it)."""
+    return CALL_EDITED if chat.call_by_id(tracked.call_id) is not None else CALL_GONE
+
 
 # After writing into a buffer, the next batch for it waits until this much time
 # has passed, so that a burst of results (many tasks ending together) is written
@@ -251,6 +259,7 @@ class ResultWriter:
             call = tracked.block_in(chat, row)
             if call is None:
                 plan.gone.append(item)
+                plan.why[item.seq] = call_lost(chat, tracked)
                 continue
             if call.start_row != row:
                 plan.anchors.append((tracked.mark, call.start_row))
@@ -287,13 +296,14 @@ class _Batch:
     written: list[Pending] = field(default_factory=list)
     notices: list[Pending] = field(default_factory=list)
     gone: list[Pending] = field(default_factory=list)  # their call was deleted
+    why: dict[int, str] = field(default_factory=dict)  # seq of a gone item: why
     later: list[Pending] = field(default_factory=list)
 
     def settle(self, writer: ResultWriter, batch: list[Pending]) -> None:
         """The edit is in the buffer: resolve every item of the batch."""
         for item in self.gone:
             assert item.tracked is not None
-            writer.lost(item.tracked, CALL_GONE, item.result)
+            writer.lost(item.tracked, self.why.get(item.seq, CALL_GONE), item.result)
             item.resolve(False)
         for item in self.written:
             writer.delivered(item.tracked, item.result)  # type: ignore[arg-type]
