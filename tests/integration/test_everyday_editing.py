@@ -205,6 +205,24 @@ def test_a_result_written_while_the_user_types_is_an_undo_step_of_its_own(editor
     assert editor.lines()[0] == "USER: go"
 
 
+def test_a_result_lost_to_an_edit_is_written_when_an_undo_brings_its_call_back(editor):
+    """A task ends while its call's block is gone (a formatter mangled it):
+    the result cannot be written, and that is said. An undo brings the
+    running block back: its result was shown as "undone" (it never was
+    written) and only reopening the chat wrote it. It is written now."""
+    editor.setup(tasks={"hybrid_threshold": 0.3})
+    marker = editor.workdir / "release"
+    editor.open_chat(HEAD + call("lost", wait_cmd(marker, "echo late")))
+    token = background(editor, "lost", marker)
+    editor.nvim.command("%s/id=lost$/id=mangled/")
+    marker.write_text("")
+    wait_for(lambda: any(f"task {token} of call lost" in n for n in editor.notifications()))
+    editor.nvim.command("undo")
+    out = editor.wait_text("```result id=lost status=completed exit=0")
+    assert "late" in out.split("```result id=lost", 1)[1]
+    assert not any("undone" in d["message"] for d in editor.diagnostics())
+
+
 def test_undo_and_redo_of_a_result_in_an_older_message_bring_its_check_back(editor):
     """A call of an earlier assistant message that ran in this session shows ✓;
     undoing its result and redoing it left it with no state at all, like old

@@ -179,8 +179,10 @@ class TaskFollower:
         another chat's (a forged block, a copied chat) is left as it is; opening
         such a chat rewrites nothing. `prepare(buf, call)` follows a call.
         `write_ended=False` (the block came back by an undo): a task that has
-        ended is shown as such, its result not written again, so that the undo
-        stands (reopening the chat writes it)."""
+        ended and whose result was written is shown as such, its result not
+        written again, so that the undo stands (reopening the chat writes it);
+        one whose result never got into the chat (its block was gone when it
+        ended) gets it now."""
         unfollowed: dict[str, tuple[str, str]] = {}
         gone: dict[str, bool] = {}  # each other owner looked at once
         for call in mirror.chat().calls:
@@ -196,7 +198,7 @@ class TaskFollower:
                 why = f"task {token} is not this call's: :SidekickRunTool runs it anew"
                 unfollowed[call.call_id] = ("failed", why)
                 continue
-            if task.terminal and not write_ended:
+            if task.terminal and not write_ended and task.delivered:
                 why = f"task {token} ended {task.status.value}; its result was undone"
                 unfollowed[call.call_id] = (task.status.value, why)
                 continue
