@@ -379,7 +379,7 @@ async def test_list_shows_mcp_tasks_only(env):
         narrowed, _ = await call(two, "list", {"status": "failed"})
         # "new since the last read" is kept per client
         read, _ = await call(two, "output", {"task": head(text)["task"]})
-    assert head(text)["task"] in listed and "Completed, most recent first (1)" in listed
+    assert head(text)["task"] in listed and "Completed, newest first (1)" in listed
     assert "Failed or cancelled (0): none" in narrowed and "Completed" not in narrowed
     assert 'read its output with output {"task"' not in listed
     assert listed.splitlines()[-1].startswith("Read a task's new output with output")

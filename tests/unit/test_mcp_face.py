@@ -220,7 +220,7 @@ async def test_list_of_mcp_tasks_counts_past_a_page(setup, monkeypatch):
         tokens.append(json.loads(answer.text.split("\n--- output ---")[0])["task"])
     await manager.submit(TaskSpec(tool="run_terminal_command", command="true", chat="/w/c.md"))
     listed = (await face.call("list", {"status": "completed"}, "agent")).text
-    assert "Completed, most recent first (5):" in listed
+    assert "Completed, newest first (5):" in listed
     assert all(t in listed for t in tokens)
 
 

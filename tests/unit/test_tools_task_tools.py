@@ -547,7 +547,7 @@ async def test_list_groups_and_closing_line(tmp_path, manager, ctx):
     assert lines[0] == "Running (1):"
     assert lines[1].startswith(f"  {token}  run_terminal_command  ")
     assert "running " in lines[1]
-    assert lines[2].startswith("Completed, most recent first (2):")
+    assert lines[2].startswith("Completed, newest first (2):")
     assert f'{agent.id}  use_agent(fake)  "fake: review"  completed ' in text
     assert "exit 0" in text
     assert "Failed or cancelled (1):" in text

@@ -13,7 +13,7 @@ Body (plain text)::
 
     Running (1):
       a1b2c3  use_agent(reviewer)  "reviewer: check the diff"  running 12s, 40% step
-    Completed, most recent first (1):
+    Completed, newest first (1):
       d4e5f6  run_terminal_command  "make"  ended 3m05s ago, exit 0, took 2s
     Failed (0): none
     Read new output with task_output {"task": "TOKEN"}, wait with await_task, stop a
@@ -36,7 +36,7 @@ LABEL_CHARS = 60
 
 GROUPS = (
     ("running", "Running", ("running", "queued")),
-    ("completed", "Completed, most recent first", ("completed",)),
+    ("completed", "Completed, newest first", ("completed",)),
     ("failed", "Failed or cancelled", ("failed", "cancelled")),
 )
 NARROW = {"queued": ("running", ("queued",)), "cancelled": ("failed", ("cancelled",))}
