@@ -102,12 +102,37 @@ def test_json_yaml_header_and_url_forms(text, masked):
         "password" * 32_000 + " :\n",
         '{"a": "' + '\\"a\\": \\"' * 50_000 + '"}',
         "x:// " + "a." * 100_000,  # a URL's scheme could start at every word of the run
+        "sk-" + "a" * 20 + "\n" + "b" * 1_000_000 + " ",  # a long wrapped line that is not one
+        ("sk-" + "a" * 20 + "\nbbbbbbbbbbbbbbbb") * 20_000,
     ],
 )
 def test_masking_a_hostile_text_never_holds_the_host(text):
     """Output chooses its text: masking it runs on the host's loop, so it must
     stay linear (every split of a long name tried was quadratic: minutes here)."""
     assert answers(lambda: mask(text), deadline=20) is not None
+
+
+KEY = "sk-ant-api03-" + "Zx9_Qw-8" * 12 + "AA"
+
+
+@pytest.mark.parametrize("width", [40, 60, 76])
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_a_key_wrapped_over_lines_is_masked_whole(width, eol):
+    """A key cut by a width (`fold`, base64 wrapping, a narrow log) showed
+    every line after its first: each line that goes on with nothing but key
+    characters is masked too, and the text keeps its lines."""
+    lines = [KEY[i : i + width] for i in range(0, len(KEY), width)]
+    text = "before" + eol + eol.join(lines) + eol + "after the key" + eol
+    masked = mask(text)
+    expected = ["before", "sk-ant-" + REPLACEMENT] + [REPLACEMENT] * (len(lines) - 1)
+    assert masked.split(eol) == [*expected, "after the key", ""]
+    assert mask(masked) == masked
+
+
+def test_only_a_key_that_reaches_the_end_of_its_line_goes_on_over_the_next():
+    assert mask(KEY + " done\nabcdefghijkl\n") == f"sk-ant-{REPLACEMENT} done\nabcdefghijkl\n"
+    assert mask(KEY + "\nshort\n") == f"sk-ant-{REPLACEMENT}\nshort\n"
+    assert mask(KEY + "\nwords and more\n") == f"sk-ant-{REPLACEMENT}\nwords and more\n"
 
 
 def test_private_key_blocks():

@@ -34,11 +34,17 @@ _TOKEN_PATTERNS = (
     (r"xox[abposr]-", r"[A-Za-z0-9\-]{8,}"),
 )
 _KEEP_GROUPS = [f"keep{i}" for i in range(len(_TOKEN_PATTERNS))]
+# A token that runs to the end of its line may go on over the next ones, cut
+# by a width (`fold`, base64 wrapping, a narrow log): each following line that
+# is nothing but a run of key characters goes with it.
+_WRAPPED = r"(?P<wrapped>(?:\r?\n[A-Za-z0-9_\-]{8,}(?=\r?\n|\Z))*)"
 _TOKENS = re.compile(
     r"(?<![A-Za-z0-9_\-])(?:"
     + "|".join(f"(?P<{g}>{keep}){tail}" for (keep, tail), g in zip(_TOKEN_PATTERNS, _KEEP_GROUPS))
     + ")"
+    + _WRAPPED
 )
+_LINE = re.compile(r"[^\r\n]+")
 # Every token starts with one of the kept prefixes: _TOKENS (whose look-behind
 # costs at every character) runs only on a text where one occurs, with the
 # same result.
@@ -103,11 +109,13 @@ _URL_PASSWORD = re.compile(
 
 
 def _token_sub(match: re.Match[str]) -> str:
+    # its wrapped lines are masked each, so that the text keeps its lines
+    wrapped = _LINE.sub(REPLACEMENT, match.group("wrapped"))
     for group in _KEEP_GROUPS:
         keep = match.group(group)
         if keep is not None:
-            return keep + REPLACEMENT
-    return REPLACEMENT  # pragma: no cover - every alternative has a keep group
+            return keep + REPLACEMENT + wrapped
+    return REPLACEMENT + wrapped  # pragma: no cover - every alternative has a keep group
 
 
 def _pem_sub(match: re.Match[str]) -> str:
