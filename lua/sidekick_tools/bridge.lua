@@ -82,12 +82,13 @@ function M.apply(buf, tick, edits, placed, anchors)
   end
   -- The user typing in this chat (Insert or Replace mode): these lines would
   -- join their typing's undo step (one `u` would take back the results with
-  -- it, and the calls would read as never run). Setting 'undolevels' closes
-  -- the step, before the edit and after it.
+  -- it, and the calls would read as never run). Setting the global
+  -- 'undolevels' to itself closes the step, before the edit and after it
+  -- (`vim.o` would also drop a buffer-local value).
   local mode = vim.api.nvim_get_mode().mode:sub(1, 1)
   local typing = (mode == "i" or mode == "R") and buf == vim.api.nvim_get_current_buf()
   if typing then
-    vim.o.undolevels = vim.o.undolevels
+    vim.go.undolevels = vim.go.undolevels
   end
   local modifiable = vim.bo[buf].modifiable
   vim.bo[buf].modifiable = true
@@ -96,7 +97,7 @@ function M.apply(buf, tick, edits, placed, anchors)
   end
   vim.bo[buf].modifiable = modifiable
   if typing then
-    vim.o.undolevels = vim.o.undolevels
+    vim.go.undolevels = vim.go.undolevels
   end
   for _, m in ipairs(placed or {}) do
     marks.place(buf, m[1], m[2])
