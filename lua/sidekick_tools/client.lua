@@ -242,11 +242,11 @@ function M.stop(buf)
   return act(buf, "stop", buf)
 end
 
---- Halt task `token`, or the task of the call at (buf, row).
 -- Tasks the user halted here, whose end their halt tells (its answer, and
 -- while halting one message once ended): their end notification is not shown.
 local halted_here = {}
 
+--- Halt task `token`, or the task of the call at (buf, row).
 function M.halt(token, buf, row)
   local res = act(buf, "halt", token or vim.NIL, buf, row)
   if type(res) == "table" and res.halted == true and res.id then
