@@ -27,15 +27,32 @@ function M.rows(buf, mark)
   return pos[1], pos[3].end_row
 end
 
--- Edit buf with 'modifiable' on, the whole reply one undo step.
+-- Each buffer's changedtick after the reply's last edit in it: the next edit
+-- joins that undo step only while nothing else changed the buffer since.
+local edited_at = {} ---@type table<integer, integer>
+
+-- Edit buf with 'modifiable' on, the reply one undo step. An undo step never
+-- holds both the reply and the user's changes: typed while the reply streams,
+-- those are steps of their own (the reply's edits after them another), so that
+-- `u` takes back either, never the reply with the typing.
 local function edit(buf, fn, ...)
   local modifiable = vim.bo[buf].modifiable
   vim.bo[buf].modifiable = true
-  if vim.api.nvim_get_current_buf() == buf then
+  local current = vim.api.nvim_get_current_buf() == buf
+  local mode = vim.api.nvim_get_mode().mode:sub(1, 1)
+  local typing = current and (mode == "i" or mode == "R")
+  if typing then
+    vim.go.undolevels = vim.go.undolevels -- closes the step the typing is in
+  end
+  if current and edited_at[buf] == vim.api.nvim_buf_get_changedtick(buf) then
     pcall(vim.cmd.undojoin)
   end
   local ok = pcall(fn, ...)
   vim.bo[buf].modifiable = modifiable
+  if typing then
+    vim.go.undolevels = vim.go.undolevels -- the next keys start a step of their own
+  end
+  edited_at[buf] = vim.api.nvim_buf_get_changedtick(buf)
   return ok
 end
 
@@ -156,6 +173,8 @@ local function relocate(buf, mark)
 end
 
 function M.open(buf, mark, row)
+  -- the send has just written the ASSISTANT: line: the reply's text joins that step
+  edited_at[buf] = vim.api.nvim_buf_get_changedtick(buf)
   place(buf, mark, row, row)
   desynced[mark] = nil
   note_region(buf, mark)

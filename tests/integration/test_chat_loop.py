@@ -22,7 +22,13 @@ from tests.fake_provider import (
     thinking,
     tool_call,
 )
-from tests.integration.chat_helpers import edit_mid_stream, send, use_fake, wait_replies
+from tests.integration.chat_helpers import (
+    edit_mid_stream,
+    mid_stream,
+    send,
+    use_fake,
+    wait_replies,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -732,6 +738,49 @@ def test_a_formatter_rewriting_the_chat_mid_stream_loses_nothing(editor, fake, k
         assert editor.text().count("ASSISTANT:") == 3
     else:
         assert reply_row == len(before) + 1 and editor.text().count("ASSISTANT:") == 2
+
+
+def test_a_streamed_reply_is_one_undo_step(editor, fake, kind):
+    fake.push(reply("one two three four five six seven eight", chunk=1, tokens_per_second=80))
+    setup(editor, fake, kind)
+    editor.open_chat("USER: stream please\n")
+    send(editor)
+    wait_replies(editor, 1)
+    assert "eight" in editor.text()
+    editor.nvim.command("undo")
+    assert editor.lines() == ["USER: stream please"]
+
+
+def test_typing_while_a_reply_streams_never_shares_an_undo_step_with_it(editor, fake, kind):
+    """The next message typed while the reply streams: the reply's edits after
+    the typing were joined to its undo step, so `u` took back the typing and
+    the reply's end with it. Each step is the typing's or the reply's."""
+    words = [f"w{i}" for i in range(60)]
+    body = "\n".join(" ".join(words[i : i + 10]) for i in range(0, 60, 10))
+    fake.push(reply(body, chunk=2, tokens_per_second=40))
+    setup(editor, fake, kind)
+    editor.open_chat("USER: stream please\n")
+    send(editor)
+    editor.wait_text("w4 ")
+    if not mid_stream(editor, "vim.api.nvim_input('GA typed<Esc>')"):
+        pytest.skip("the reply ended before the typing: this machine was too slow to test it")
+    wait_replies(editor, 1)
+    assert "typed" in editor.text() and "w59" in editor.text()
+
+    def shown() -> tuple[bool, int]:
+        text = editor.text()
+        return "typed" in text, sum(1 for w in words if f"{w} " in text or f"{w}\n" in text)
+
+    state, steps = shown(), 0
+    while state != (False, 0):
+        editor.nvim.command("undo")
+        after = shown()
+        assert after != state, "an undo step that changed neither"
+        typing_undone, reply_undone = after[0] != state[0], after[1] != state[1]
+        assert not (typing_undone and reply_undone), (state, after)
+        state, steps = after, steps + 1
+        assert steps < 50
+    assert editor.lines()[0] == "USER: stream please"
 
 
 def test_an_empty_send_with_a_call_pending_makes_one_request(editor, fake, kind):
