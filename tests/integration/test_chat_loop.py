@@ -740,6 +740,28 @@ def test_a_formatter_rewriting_the_chat_mid_stream_loses_nothing(editor, fake, k
         assert reply_row == len(before) + 1 and editor.text().count("ASSISTANT:") == 2
 
 
+def test_a_provider_echoing_its_key_never_gets_it_into_the_chat(editor, fake, kind):
+    """DESIGN §10: a key never enters the chat. A provider (or a proxy before
+    it) that echoes the request's key, whole or a piece of it, in the reply's
+    text or a call's input had it written into the chat, and `:w` saved it."""
+    piece = KEY[-20:]
+    fake.push(
+        reply(
+            f"Your key is {KEY} right? Its end: {piece}.",
+            tool_call("list_directory", {"path": piece}, id="toolu_echo"),
+            chunk=3,
+        ),
+        reply("Done."),
+    )
+    setup(editor, fake, kind)
+    editor.open_chat("USER: hi\n")
+    send(editor)
+    wait_replies(editor, 2)
+    text = editor.text()
+    assert "Your key is " in text and "```tool list_directory" in text
+    assert KEY not in text and piece not in text and KEY[:30] not in text
+
+
 def test_a_streamed_reply_is_one_undo_step(editor, fake, kind):
     fake.push(reply("one two three four five six seven eight", chunk=1, tokens_per_second=80))
     setup(editor, fake, kind)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sidekick_tools.secrets_mask import REPLACEMENT, mask, mask_value
+from sidekick_tools.secrets_mask import REPLACEMENT, mask, mask_literals, mask_value
 
 from tests.conftest import answers
 
@@ -133,6 +133,31 @@ def test_only_a_key_that_reaches_the_end_of_its_line_goes_on_over_the_next():
     assert mask(KEY + " done\nabcdefghijkl\n") == f"sk-ant-{REPLACEMENT} done\nabcdefghijkl\n"
     assert mask(KEY + "\nshort\n") == f"sk-ant-{REPLACEMENT}\nshort\n"
     assert mask(KEY + "\nwords and more\n") == f"sk-ant-{REPLACEMENT}\nwords and more\n"
+
+
+LITERAL = "prov-Q7d2LmX9pZr4Tn8sW1vYb6Hc"  # a key of no known format: known by its value
+
+
+@pytest.mark.parametrize(
+    "echoed",
+    [
+        LITERAL,
+        LITERAL[:18],  # a piece of it
+        LITERAL[-17:],
+        LITERAL.replace("-", "%2D"),  # URL-encoded
+        LITERAL[:20].replace("-", "%2D"),
+    ],
+)
+@pytest.mark.parametrize("around", ['bad key "{}"!', "https://x/?key={}&b=1", "/path/{}/more"])
+def test_a_known_key_is_masked_whole_in_pieces_and_url_encoded(echoed, around):
+    text = around.format(echoed)
+    masked = mask(text, [LITERAL])
+    assert masked == around.format(REPLACEMENT), masked
+
+
+def test_short_pieces_and_other_runs_are_left_alone():
+    text = f"prefix {LITERAL[:12]} and {LITERAL[-12:]}: a%2Db%2Dc and nothingwhatsoeverhere"
+    assert mask_literals(text, [LITERAL]) == text
 
 
 def test_private_key_blocks():

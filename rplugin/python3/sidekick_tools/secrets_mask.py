@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import unquote
 
 REPLACEMENT = "***"
 
@@ -154,17 +155,72 @@ def _json_sub(match: re.Match[str]) -> str:
     return match.group(1) + _JSON_FIELD.sub(_json_sub, match.group(4))
 
 
-def mask(text: str, literals: Iterable[str] = ()) -> str:
-    """``text`` with every secret replaced; ``literals`` (e.g. resolved API keys) too.
+# A piece of a known key (`literals`) this long is masked as the key is: a
+# provider echoing part of it, or a reply cut in the middle of it.
+PIECE = 16
 
-    Literals shorter than 8 characters are ignored: masking every "abc" would do
-    more harm than good, and no real key is that short.
-    """
+
+def mask_literals(text: str, literals: Iterable[str]) -> str:
+    """``text`` with each of ``literals`` (resolved API keys: known values, not
+    formats) replaced wherever it stands: whole, as a piece of PIECE characters
+    or more, or URL-encoded. Literals shorter than 8 characters are ignored:
+    masking every "abc" would do more harm than good, and no real key is that
+    short."""
+    for literal in literals:
+        if not literal or len(literal) < 8 or not text:
+            continue
+        text = text.replace(literal, REPLACEMENT)
+        least = min(PIECE, len(literal))
+        if "%" in text:  # URL-encoded (any character may be: `-` as `%2D` too)
+            text = _ENCODED.sub(lambda m, lit=literal, n=least: _encoded_sub(m, lit, n), text)
+        for lo, hi in reversed(_shared(text, literal, least)):
+            text = text[:lo] + REPLACEMENT + text[hi:]
+    return text
+
+
+# a run of URL characters with an escape in it (`=`, `/`, `+` and `&` end it)
+_ENCODED = re.compile(r"(?:[\w.~\-]|%[0-9A-Fa-f]{2})*%[0-9A-Fa-f]{2}(?:[\w.~\-]|%[0-9A-Fa-f]{2})*")
+
+
+def _encoded_sub(match: re.Match[str], literal: str, least: int) -> str:
+    run = match.group(0)
+    return REPLACEMENT if _shared(unquote(run), literal, least) else run
+
+
+def _shared(text: str, literal: str, least: int) -> list[tuple[int, int]]:
+    """The spans of `text`, in order and apart, that `literal` holds too, each
+    `least` characters or more. Each such span holds one of the literal's
+    aligned halves (`least // 2` long): found by those, then grown both ways."""
+    step = max(1, least // 2)
+    spans: list[tuple[int, int]] = []
+    for i in dict.fromkeys(range(0, len(literal) - step + 1, step)):
+        half = literal[i : i + step]
+        at = text.find(half)
+        while at != -1:
+            a = 0
+            while at - a > 0 and i - a > 0 and text[at - a - 1] == literal[i - a - 1]:
+                a += 1
+            b = step
+            while at + b < len(text) and i + b < len(literal) and text[at + b] == literal[i + b]:
+                b += 1
+            if a + b >= least:
+                spans.append((at - a, at + b))
+            at = text.find(half, at + b)  # past what was found: linear in the text
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted(spans):
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def mask(text: str, literals: Iterable[str] = ()) -> str:
+    """``text`` with every secret replaced; ``literals`` (e.g. resolved API keys)
+    too (`mask_literals`)."""
     if not text:
         return text
-    for literal in literals:
-        if literal and len(literal) >= 8 and literal in text:
-            text = text.replace(literal, REPLACEMENT)
+    text = mask_literals(text, literals)
     if "PRIVATE KEY-----" in text:
         text = _PEM.sub(_pem_sub, text)
         text = _PEM_TAIL.sub(_pem_tail_sub, text)

@@ -49,9 +49,9 @@ class ReplyStream:
 
         mirror = self.port.mirrors.get(self.session.buf)
         taken = {c.call_id for c in mirror.chat().calls if c.call_id} if mirror else set()
-        renderer = ReplyRenderer(taken)
-        frames = FrameWriter(self.port, self.session, renderer)
         secret = (key,) if key else ()
+        renderer = ReplyRenderer(taken, secret)
+        frames = FrameWriter(self.port, self.session, renderer)
         end = StreamEnd()
         try:
             try:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..secrets_mask import mask_literals
 from .blocks import Block, Delta
 from .reply import MARKER, ReplyBuilder, deltas_of
 
@@ -108,6 +109,9 @@ def apply_edit(lines: list[str], edit: Edit) -> list[str]:
     return [*lines[: edit.start_row], *middle, *lines[edit.end_row + 1 :]]
 
 
+_MASKED = ("text", "tool_use")  # the entries whose text a key is masked in
+
+
 class ReplyRenderer:
     """Renders a streaming reply into chat lines and hands out minimal edits.
 
@@ -118,8 +122,11 @@ class ReplyRenderer:
     rendered so far; ``reply`` the accumulated blocks, usage and stop reason.
     """
 
-    def __init__(self, taken: Iterable[str] = ()) -> None:
+    def __init__(self, taken: Iterable[str] = (), secrets: Iterable[str] = ()) -> None:
         self.reply = ReplyBuilder(taken)  # taken: the call ids the chat has already
+        # the request's API key: a provider echoing it (or a piece of it) never
+        # gets it into the chat, but in thinking, which its signature signs
+        self._secrets = tuple(secrets)
         self._lines: list[str] = [MARKER]
         self._shown: list[str] = [""]
         self._starts: list[int] = []  # row where each entry's region (separator first) begins
@@ -168,6 +175,8 @@ class ReplyRenderer:
             if entry.empty:
                 continue
             rendered = entry.render()
+            if self._secrets and entry.kind in _MASKED:
+                rendered = [mask_literals(line, self._secrets) for line in rendered]
             if first_visible:
                 first_visible = False
                 if entry.kind == "text" and not rendered[0].startswith("`"):
