@@ -255,6 +255,32 @@ def test_stop_mid_stream_keeps_the_text_and_leaves_a_valid_chat(editor, fake, ki
     assert "Stopped by the user" not in sent  # the plugin's note is not sent
 
 
+@pytest.mark.parametrize("close", ["bdelete!", "bwipeout!"])
+def test_closing_the_chat_mid_stream_stops_the_reply_and_says_so(editor, fake, kind, close):
+    """The chat closed while its reply streamed: the reply could not be written
+    and was dropped without a word, while the stream went on to its end (every
+    token asked for and paid). The stream stops, and the user is told."""
+    fake.push(reply("Part one. " * 20, chunk=5, hang_after=12), reply("Again."))
+    setup(editor, fake, kind)
+    path = editor.workdir / "closing.sidekick.md"
+    editor.open_chat("USER: talk\n", name=path.name)
+    editor.nvim.command("write")
+    send(editor)
+    editor.wait_text("Part one. Part one.")
+    editor.nvim.command(f"enew | {close} #")
+    wait_for(lambda: fake.requests[0].disconnected)
+    said = wait_for(lambda: [n for n in editor.notifications() if "was stopped" in n] or None)
+    assert said == [
+        "sidekick_tools: the reply streaming into closing.sidekick.md was stopped: its chat "
+        "was closed, and what had arrived is not written; open it and :SidekickSend again"
+    ]
+    # the chat, opened again, sends as ever
+    editor.nvim.command(f"edit {path}")
+    assert editor.lines()[-1].startswith("USER:")
+    send(editor)
+    editor.wait_text("Again.")
+
+
 def usage_text(editor) -> str:
     """The usage virtual text of the chat's replies, one line."""
     return editor.lua(

@@ -45,6 +45,7 @@ class NvimPort:
         self._looking: dict[int, asyncio.Future[BufferMirror | None]] = {}
         self._watching: set[asyncio.Future[Any]] = set()
         self.on_buffer_change: Any = None  # callback(buf, first, last) set by the host
+        self.on_buffer_gone: Any = None  # callback(buf, name): a mirrored buffer was unloaded
 
     # -- requests -----------------------------------------------------------
     def call(self, method: str, *args: Any) -> asyncio.Future[Any]:
@@ -207,25 +208,30 @@ class NvimPort:
             return True
         if name == "nvim_buf_detach_event":
             buf = _bufnr(args[0])
-            if self.mirrors.pop(buf, None) is not None:
-                self._watch_again(buf)
+            gone = self.mirrors.pop(buf, None)
+            if gone is not None:
+                self._watch_again(buf, gone.name)
             if buf in self._attaching:
                 self._detached.add(buf)
             return True
         return False
 
-    def _watch_again(self, buf: int) -> None:
+    def _watch_again(self, buf: int, name: str) -> None:
         """Neovim stops a buffer's updates when it reloads it (:e!, :checktime),
         and again when an undo goes back past that reload, with no read event
-        after it: a buffer still loaded is mirrored again, and looked at anew."""
+        after it: a buffer still loaded is mirrored again, and looked at anew.
+        One that is not (:bdelete, :bwipeout) is gone: `on_buffer_gone`."""
 
         async def again() -> None:
             try:
                 mirror = await self.mirror(buf)
             except Exception as exc:  # wiped meanwhile: nothing to watch
                 log.info("buffer %d is no longer there to watch: %s", buf, exc)
-                return
-            if mirror is not None and self.on_buffer_change:
+                mirror = None
+            if mirror is None:
+                if self.on_buffer_gone:
+                    self.on_buffer_gone(buf, name)
+            elif self.on_buffer_change:
                 self.on_buffer_change(buf, 0, -1)
 
         fut = asyncio.ensure_future(again())

@@ -66,6 +66,7 @@ class CallRunner:
         self.scan.on_id_lost = self._give_id_back
         self.scan.streaming = self.loop.streaming
         self.loop.on_reply_end = lambda buf: self.scan.schedule(buf, delay=0)
+        port.on_buffer_gone = self.loop.closed
 
     def _give_id_back(self, tracked: Tracked) -> None:
         fut = asyncio.ensure_future(self.chain.marks.give_id_back(tracked))

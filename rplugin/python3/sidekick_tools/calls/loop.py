@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,6 +158,21 @@ class ChatLoop:
         else:
             message = "sidekick_tools: the loop will not send again by itself"
         return {"stopped": True, "message": message}
+
+    def closed(self, buf: int, name: str) -> None:
+        """Chat `buf` was closed (unloaded, wiped) while a reply streamed into
+        it: the reply cannot be written, so its stream stops at once (nothing
+        more is asked of the provider, nor paid for), and the user is told."""
+        session = self.sessions.get(buf)
+        if session is None or session.streaming is None:
+            return
+        self.stop(buf)
+        chat = os.path.basename(name) if name else f"buffer {buf}"
+        self.ctx.port.notify_user(
+            f"sidekick_tools: the reply streaming into {chat} was stopped: its chat was "
+            "closed, and what had arrived is not written; open it and :SidekickSend again",
+            "warn",
+        )
 
     def busy(self, buf: int) -> bool:
         """A reply streams into `buf`, or its calls are not all answered yet:
