@@ -77,7 +77,7 @@ def read_params(body: str, header_row: int) -> tuple[dict | None, str | None]:
         if isinstance(exc, json.JSONDecodeError):
             buffer_line = header_row + 1 + exc.lineno
             return None, (
-                f"Malformed JSON in tool call body: {exc.msg} at line {exc.lineno}, "
+                f"Malformed JSON in tool call body: {exc.msg}: line {exc.lineno}, "
                 f"column {exc.colno} of the block (buffer line {buffer_line})"
             )
         return None, f"Malformed JSON in tool call body: {exc}"
