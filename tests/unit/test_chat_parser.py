@@ -817,3 +817,13 @@ def test_json_depth_counts_nesting_not_brackets_in_strings():
     assert json_depth(nested) == 70
     assert json_depth('"' + "[" * 100 + '"') <= MAX_JSON_DEPTH
     assert json_depth('["\\"[[[[", ' + "[" * 65 + "]" * 65 + "]") == 66
+
+
+def test_a_malformed_body_says_where_in_the_json_words_of_its_own():
+    from sidekick_tools.chat.call_body import read_params
+
+    _, error = read_params('{"path": "cut here', 3)
+    assert error == (
+        "Malformed JSON in tool call body: Unterminated string starting at: line 1, "
+        "column 10 of the block (buffer line 5)"
+    )
