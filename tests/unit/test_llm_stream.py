@@ -154,6 +154,11 @@ async def test_retries_give_up_after_max_attempts_and_long_waits_are_not_retried
         assert "overloaded_error" in error.message and len(notices) == 1
         _, _, waited = await collect(request, on_retry=notices.append)
     assert isinstance(waited, ProviderError) and waited.retry_after == 3600
+    # said why it was not tried again
+    assert waited.message.endswith(
+        "it asked to wait 3600s, longer than the 60s the plugin waits: send again later"
+    )
+    assert "asked to wait" not in error.message  # given up after its tries: not said
     assert len(notices) == 1 and len(fake.requests) == 3
 
 

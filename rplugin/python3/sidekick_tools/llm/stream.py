@@ -187,10 +187,25 @@ class ChatClient:
             except ProviderError as error:
                 delay = self._retry_delay(error, attempt, content_seen)
                 if delay is None:
+                    if self._waits_too_long(error, attempt, content_seen):
+                        error.message += (
+                            f"; it asked to wait {error.retry_after:g}s, longer than the "
+                            f"{MAX_RETRY_WAIT:g}s the plugin waits: send again later"
+                        )
                     raise
                 if on_retry is not None:
                     on_retry(RetryNotice(attempt, self.max_attempts, delay, error.message))
                 await self._sleep(delay)
+
+    def _waits_too_long(self, error: ProviderError, attempt: int, content_seen: bool) -> bool:
+        """Not tried again only because the wait it asks for is too long."""
+        return (
+            error.retryable
+            and not content_seen
+            and attempt < self.max_attempts
+            and error.retry_after is not None
+            and error.retry_after > MAX_RETRY_WAIT
+        )
 
     def _retry_delay(self, error: ProviderError, attempt: int, content_seen: bool) -> float | None:
         if not error.retryable or content_seen or attempt >= self.max_attempts:
