@@ -177,6 +177,47 @@ def test_a_message_the_sdk_cannot_read_is_answered_all_the_same(raw, tmp_path):
     assert client.close() == 0
 
 
+def raw_line(client: RawClient, line: str) -> None:
+    assert client.proc.stdin is not None
+    client.proc.stdin.write(line.encode() + b"\n")
+    client.proc.stdin.flush()
+
+
+def test_a_line_nested_past_any_bound_is_answered_and_the_session_goes_on(raw, tmp_path):
+    """A request nested a thousand levels deep: reading it again to answer it
+    raised a RecursionError that ended the session (stdout closed, no answer),
+    and when stdin closed the process exited 1 leaving the client's running
+    task behind (mcp.kill_on_exit). It is answered "invalid request", with
+    its id, and the session goes on; so are a batch and a bad id."""
+    client = raw()
+    client.initialize()
+    marker = tmp_path / "go"
+    args = {"command": f"while [ ! -e {marker} ]; do sleep 0.05; done", "async": True}
+    run = client.request(2, "tools/call", {"name": "run", "arguments": args})["result"]
+    token = json.loads(run["content"][0]["text"])["task"]
+    deep = "[" * 1000 + "]" * 1000
+    raw_line(
+        client,
+        '{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "status", '
+        f'"arguments": {{"task": "abcdef", "x": {deep}}}}}}}',
+    )
+    assert client.answer(3)["error"]["code"] == -32600
+    raw_line(client, '[{"jsonrpc": "2.0", "id": 4, "method": "ping"}]')
+    assert client.answer(None)["error"]["code"] == -32600
+    client.send({"id": True, "method": "ping", "params": 5})
+    assert client.answer(None)["error"]["code"] == -32600
+    assert client.request(5, "ping")["result"] == {}
+    # the client leaves: its task is halted, as ever
+    assert client.close() == 0
+    from sidekick_tools.tasks.store import SqliteStore
+
+    store = SqliteStore(str(tmp_path / "state" / "tasks.db"))
+    try:
+        assert store.get(token).status.value == "cancelled"
+    finally:
+        store.close()
+
+
 HOSTILE = "open({marker!r}, 'a').write(__name__ + '\\n'); raise SystemExit('hostile {name}')\n"
 
 

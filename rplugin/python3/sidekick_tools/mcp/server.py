@@ -35,6 +35,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from .. import __version__
+from ..chat.call_body import MAX_JSON_DEPTH, json_depth
 from ..statedir import log_to_file, open_state_dir
 from ..tasks.identity import owner_token
 from ..tasks.start import start_manager
@@ -114,14 +115,36 @@ def _without_surrogates(value: Any) -> Any:
     return value
 
 
-class _Unread(Exception):
-    """A line that is no JSON at all."""
+class _Refused(Exception):
+    """A line answered with an error (JSON-RPC `code`, `message`, the request's
+    id when it could be read, else null)."""
+
+    def __init__(self, code: int, message: str, rid: Any = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.rid = code, message, rid
+
+
+# the id of a request whose line cannot be read whole: among the members
+# before its first nested object or array (`{"jsonrpc": "2.0", "id": 7, ...`)
+_TOP_ID = re.compile(r'"id"\s*:\s*(-?\d{1,18}(?![\d.eE])|"(?:[^"\\]|\\.){0,256}")')
+
+
+def _top_id(line: str) -> Any:
+    head = line[: min((i for i in (line.find("{", 1), line.find("[", 1)) if i > 0), default=512)]
+    m = _TOP_ID.search(head[:512])
+    if m is None:
+        return None
+    try:
+        return json.loads(m.group(1))
+    except ValueError:
+        return None
 
 
 def _sent(exc: Exception) -> Any:
     """What the client sent, from the SDK's error about it: the message as
-    Python's json reads it; `_Unread` when it is no JSON; None when the error
-    does not hold it."""
+    Python's json reads it; `_NOTHING` when the error does not hold it. `_Refused`
+    for a line that is no JSON, or nested past MAX_JSON_DEPTH (read no further:
+    its depth must not break the server)."""
     errors = getattr(exc, "errors", None)
     try:
         found = errors() if callable(errors) else []
@@ -130,13 +153,21 @@ def _sent(exc: Exception) -> Any:
     for error in found:
         value = error.get("input")
         if error.get("type") == "json_invalid" and isinstance(value, (str, bytes)):
+            line = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            if json_depth(line) > MAX_JSON_DEPTH:
+                why = f"Invalid request: nested deeper than {MAX_JSON_DEPTH} levels"
+                raise _Refused(types.INVALID_REQUEST, why, _top_id(line))
             try:
-                return json.loads(value)
-            except ValueError:
-                raise _Unread from None
-        if isinstance(value, dict) and len(error.get("loc", ())) <= 2:
-            return value  # the message itself (a field of it was wrong)
-    return None
+                return json.loads(line)
+            except (ValueError, RecursionError):  # its id cannot be told: null
+                raise _Refused(types.PARSE_ERROR, "Parse error: the line is not JSON") from None
+        loc = error.get("loc", ())
+        if len(loc) <= 1 or isinstance(value, dict) and len(loc) <= 2:
+            return value  # the message itself (not an object, or a field of it wrong)
+    return _NOTHING
+
+
+_NOTHING = object()  # `_sent`: the error does not hold the message
 
 
 class MendedReads:
@@ -168,22 +199,32 @@ class MendedReads:
 
     async def _mend(self, exc: Exception) -> SessionMessage | None:
         try:
-            sent = _sent(exc)
-        except _Unread:
-            await self._refuse(None, types.PARSE_ERROR, "Parse error: the line is not JSON")
+            return await self._read_again(exc)
+        except Exception:  # a line must never end the session
+            log.exception("a message that could not be read was not answered")
             return None
-        if sent is None:
+
+    async def _read_again(self, exc: Exception) -> SessionMessage | None:
+        try:
+            sent = _sent(exc)
+        except _Refused as refused:
+            await self._refuse(refused.rid, refused.code, refused.message)
+            return None
+        if sent is _NOTHING:
             log.info("a message that could not be read: %r", exc)
+            return None
+        if not isinstance(sent, dict):  # an array (a batch), a string, a number...
+            await self._refuse(None, types.INVALID_REQUEST, "Invalid request: not an object")
             return None
         sent = _without_surrogates(sent)
         try:
             return SessionMessage(types.jsonrpc_message_adapter.validate_python(sent))
         except Exception as e:
-            rid = sent.get("id") if isinstance(sent, dict) else None
-            if isinstance(sent, dict) and "method" in sent and _is_id(rid):
+            rid = sent.get("id")
+            if "method" in sent and "id" in sent:  # a request: answered (a bad id as null)
                 count = getattr(e, "error_count", lambda: 1)()
                 why = f"Invalid request: not a JSON-RPC request ({count} problems)"
-                await self._refuse(rid, types.INVALID_REQUEST, why)
+                await self._refuse(rid if _is_id(rid) else None, types.INVALID_REQUEST, why)
             else:  # a malformed response or notification: nothing to answer
                 log.info("a message that is not JSON-RPC: %.200r", sent)
             return None
@@ -275,8 +316,12 @@ async def serve(options: Options) -> int:
             for sig in _SIGNALS:
                 loop.add_signal_handler(sig, on_signal)
             await serving
-    except BaseException:
+    except BaseException as exc:
         if not stopping:
+            if isinstance(exc, Exception):
+                # whatever broke the session, its clients' tasks follow kill_on_exit
+                log.exception("MCP server: the session ended on an error")
+                await finish()
             raise
         # Stopping: the transport may fail meanwhile (a message read after the
         # server stopped listening); that must not end the process first.
