@@ -73,11 +73,14 @@ def test_a_state_dir_another_user_owns_is_not_used(tmp_path, monkeypatch):
     from sidekick_tools import statedir
 
     theirs = tmp_path / "theirs"
-    theirs.mkdir(mode=0o700)
+    theirs.mkdir()
+    theirs.chmod(0o777)  # theirs, open to all: its mode is theirs to keep
     uid = os.getuid()
     monkeypatch.setattr(statedir.os, "getuid", lambda: uid + 1)
     state = open_state_dir(str(theirs), None)
     monkeypatch.undo()
     assert state.path != str(theirs)
     assert state.problem == f"{theirs} is unusable (owned by another user)"
+    # never changed: root's chmod would succeed on it (it made it 0700)
+    assert theirs.stat().st_mode & 0o777 == 0o777
     os.rmdir(state.path)

@@ -29,7 +29,11 @@ class StateDir:
 
 
 def prepare_state_dir(path: str) -> None:
+    """`path` made (0700), or made 0700 if it is ours; one of another user is
+    left as it is (PermissionError): not even root changes its mode."""
     os.makedirs(path, mode=0o700, exist_ok=True)
+    if os.stat(path).st_uid != os.getuid():
+        raise PermissionError(errno.EPERM, "owned by another user")
     with contextlib.suppress(OSError):
         os.chmod(path, 0o700)
 
@@ -39,8 +43,6 @@ def _prove_writable(path: str) -> None:
     folder another user made (a shared /tmp path in the config, made first by
     them) would let them read, replace or plant the logs and the database."""
     prepare_state_dir(path)
-    if os.stat(path).st_uid != os.getuid():
-        raise PermissionError(errno.EPERM, "owned by another user")
     fd, probe = tempfile.mkstemp(dir=path, prefix=".writable-")
     os.close(fd)
     os.unlink(probe)
