@@ -119,6 +119,22 @@ def test_read_new_complete_lines(tmp_path) -> None:
     assert read_new(str(p), 0).text == "one\ntwo\n"
 
 
+def test_a_long_line_comes_in_pieces_that_never_split_a_word(tmp_path) -> None:
+    """A line longer than a read's bound comes in pieces: cut at a raw offset,
+    a key went half in one piece and half in the next, whose start (without
+    the key's prefix) masking did not know (an MCP client read it in clear)."""
+    from sidekick_tools.secrets_mask import mask
+
+    key = "sk-ant-api03-" + "Q" * 40 + "R" * 40
+    long = tmp_path / "long"
+    long.write_bytes(b"x" * 90 + b" " + key.encode() + b" tail\n")
+    first = read_new(str(long), 0, max_bytes=120)
+    assert first.data == b"x" * 90 + b" " and first.more
+    rest = read_new(str(long), first.next_offset, max_bytes=4096)
+    assert rest.data == key.encode() + b" tail\n"
+    assert mask(rest.text) == "sk-ant-*** tail\n"
+
+
 def test_filter_lines_consumes_nothing() -> None:
     text = "a1\nb1\na2\n"
     assert filter_lines(text, "^a") == ["a1", "a2"]

@@ -130,6 +130,9 @@ class Chunk:
         return clean(decode(self.data))
 
 
+WORD = 4096  # bytes: how far back a piece of a long line looks for a blank to end at
+
+
 def read_new(
     path: str, offset: int, max_bytes: int = 64 * 1024, *, complete_lines: bool = True
 ) -> Chunk:
@@ -153,7 +156,12 @@ def read_new(
         if cut >= 0:
             data = data[: cut + 1]
         elif end < size:
-            pass  # one line longer than max_bytes: hand it out in pieces
+            # one line longer than max_bytes: handed out in pieces, each cut
+            # after a blank near its end, so that a word (a key) is never split
+            # between two (masking would not know the next piece's start)
+            blank = max(data.rfind(b" ", -WORD), data.rfind(b"\t", -WORD))
+            if blank > 0:
+                data = data[: blank + 1]
         else:
             data = b""
     nxt = offset + len(data)
