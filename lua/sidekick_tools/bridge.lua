@@ -6,6 +6,7 @@
 -- applies it only if the buffer's text is still at that tick, so nothing the
 -- user typed meanwhile is ever overwritten.
 local marks = require("sidekick_tools.marks")
+local undo = require("sidekick_tools.undo")
 
 local M = {}
 
@@ -80,15 +81,12 @@ function M.apply(buf, tick, edits, placed, anchors)
   for _, m in ipairs(anchors or {}) do
     marks.place(buf, m[1], m[2])
   end
-  -- The user typing in this chat (Insert or Replace mode): these lines would
-  -- join their typing's undo step (one `u` would take back the results with
-  -- it, and the calls would read as never run). Setting the global
-  -- 'undolevels' to itself closes the step, before the edit and after it
-  -- (`vim.o` would also drop a buffer-local value).
-  local mode = vim.api.nvim_get_mode().mode:sub(1, 1)
-  local typing = (mode == "i" or mode == "R") and buf == vim.api.nvim_get_current_buf()
+  -- The user typing in this chat: these lines would join their typing's undo
+  -- step (one `u` would take back the results with it, and the calls would
+  -- read as never run).
+  local typing = undo.typing(buf)
   if typing then
-    vim.go.undolevels = vim.go.undolevels
+    undo.close_step()
   end
   local modifiable = vim.bo[buf].modifiable
   vim.bo[buf].modifiable = true
@@ -97,7 +95,7 @@ function M.apply(buf, tick, edits, placed, anchors)
   end
   vim.bo[buf].modifiable = modifiable
   if typing then
-    vim.go.undolevels = vim.go.undolevels
+    undo.close_step()
   end
   for _, m in ipairs(placed or {}) do
     marks.place(buf, m[1], m[2])

@@ -4,6 +4,8 @@
 -- whole-buffer rewrite swept away is found again by its first row; an edit
 -- that still finds the region not as the host left it (the user edited inside
 -- the reply) is dropped, and the region is written whole when the reply ends.
+local undo = require("sidekick_tools.undo")
+
 local M = {}
 
 M.ns = vim.api.nvim_create_namespace("sidekick_tools_reply")
@@ -39,10 +41,9 @@ local function edit(buf, fn, ...)
   local modifiable = vim.bo[buf].modifiable
   vim.bo[buf].modifiable = true
   local current = vim.api.nvim_get_current_buf() == buf
-  local mode = vim.api.nvim_get_mode().mode:sub(1, 1)
-  local typing = current and (mode == "i" or mode == "R")
+  local typing = undo.typing(buf)
   if typing then
-    vim.go.undolevels = vim.go.undolevels -- closes the step the typing is in
+    undo.close_step() -- the step the typing is in
   end
   if current and edited_at[buf] == vim.api.nvim_buf_get_changedtick(buf) then
     pcall(vim.cmd.undojoin)
@@ -50,7 +51,7 @@ local function edit(buf, fn, ...)
   local ok = pcall(fn, ...)
   vim.bo[buf].modifiable = modifiable
   if typing then
-    vim.go.undolevels = vim.go.undolevels -- the next keys start a step of their own
+    undo.close_step() -- the next keys start a step of their own
   end
   edited_at[buf] = vim.api.nvim_buf_get_changedtick(buf)
   return ok

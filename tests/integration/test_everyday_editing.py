@@ -188,6 +188,10 @@ def test_a_result_written_while_the_user_types_is_an_undo_step_of_its_own(editor
     editor.open_chat(HEAD + call("bg", wait_cmd(marker, "echo finished")))
     background(editor, "bg", marker)
     editor.nvim.command("set undolevels=900 | setlocal undolevels=700")
+    editor.lua(
+        "_G.__optionset = 0\nvim.api.nvim_create_autocmd('OptionSet', { pattern = 'undolevels',"
+        " callback = function() _G.__optionset = _G.__optionset + 1 end })"
+    )
     editor.nvim.command("normal! gg")
     editor.nvim.input("A more")
     wait_for(lambda: editor.nvim.api.get_mode()["mode"] == "i")
@@ -196,8 +200,9 @@ def test_a_result_written_while_the_user_types_is_an_undo_step_of_its_own(editor
     editor.nvim.input(" and after<Esc>")
     wait_for(lambda: editor.nvim.api.get_mode()["mode"] == "n")
     assert editor.lines()[0] == "USER: go more and after"
-    # the user's own settings stay
+    # the user's own settings stay, and their OptionSet autocommands never ran
     assert editor.nvim.eval("[&g:undolevels, &l:undolevels]") == [900, 700]
+    assert editor.lua("return _G.__optionset") == 0
     editor.nvim.command("undo")
     assert editor.lines()[0] == "USER: go more"
     assert "```result id=bg status=completed exit=0" in editor.text()

@@ -1,0 +1,20 @@
+-- The plugin's edits and the user's typing never share an undo step: while
+-- the user types in a buffer (Insert or Replace mode), the step the typing is
+-- in is closed before the plugin edits it, and again after, so that the next
+-- keys start a step of their own.
+local M = {}
+
+--- Whether the user is typing in `buf` now.
+function M.typing(buf)
+  local mode = vim.api.nvim_get_mode().mode:sub(1, 1)
+  return (mode == "i" or mode == "R") and buf == vim.api.nvim_get_current_buf()
+end
+
+--- Close the current buffer's open undo step: setting the global 'undolevels'
+--- to itself does (`vim.o` would also drop a buffer-local value), without the
+--- OptionSet autocommands a user's plugins may run on it.
+function M.close_step()
+  vim.cmd("noautocmd setglobal undolevels=" .. vim.go.undolevels)
+end
+
+return M
