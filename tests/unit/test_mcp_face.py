@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from sidekick_tools.mcp.settings import (
 )
 from sidekick_tools.secrets_mask import REPLACEMENT, mask
 from sidekick_tools.tasks.manager import TaskSpec
+from sidekick_tools.tasks.model import Task, TaskStatus
 
 from tests.conftest import until
 from tests.unit.task_tools_support import make_manager
@@ -210,15 +212,29 @@ async def test_unknown_tool_and_bad_arguments(setup):
     assert answer.is_error and "must be a JSON object" in answer.text
 
 
-async def test_list_of_mcp_tasks_counts_past_a_page(setup, monkeypatch):
+async def test_list_finds_mcp_tasks_among_any_number_of_neovims(setup):
+    """`list` read the store's newest rows looking for the MCP clients' tasks,
+    20,000 at most per group: behind more tasks of Neovims it said "(0)" and
+    held the server seconds. The store selects them by their chat's prefix."""
     manager, tmp_path = setup
-    monkeypatch.setattr(face_mod, "SCAN_PAGE", 2)
     face = Face(manager, source_with(tmp_path), str(tmp_path))
     tokens = []
     for i in range(5):
         answer = await face.call("run", {"command": f"echo {i}", "async": False}, "agent")
         tokens.append(json.loads(answer.text.split("\n--- output ---")[0])["task"])
     await manager.submit(TaskSpec(tool="run_terminal_command", command="true", chat="/w/c.md"))
+    now = time.time() + 10  # newer than the clients' tasks
+    manager.store.insert_many(
+        Task(
+            id=f"{i:06x}",
+            tool="run_terminal_command",
+            command="true",
+            chat="/w/other.sidekick.md",
+            status=TaskStatus.COMPLETED,
+            created_at=now + i / 1000,
+        )
+        for i in range(0xA00000, 0xA00000 + 20_100)
+    )
     listed = (await face.call("list", {"status": "completed"}, "agent")).text
     assert "Completed, newest first (5):" in listed
     assert all(t in listed for t in tokens)
@@ -281,7 +297,6 @@ async def test_progress_reports_grow_and_stop_when_the_client_is_gone(setup):
 def test_a_progress_message_masks_what_the_task_printed():
     """A progress marker's text is the task's output: a key in it is masked, as in answers."""
     from sidekick_tools.mcp.progress import describe
-    from sidekick_tools.tasks.model import Task, TaskStatus
 
     key = "ghp_" + "A1b2C3d4" * 5
     task = Task(id="58174a", status=TaskStatus.RUNNING, progress=10, progress_text=f"push {key}")

@@ -145,6 +145,26 @@ def test_list_newest_first_with_filters(tasks_store: TaskStore) -> None:
     assert tasks_store.count(Q(S.QUEUED, owner="you")) == 3
 
 
+def test_a_chat_prefix_selects_the_chats_named_so(tasks_store: TaskStore) -> None:
+    """The MCP face's tasks (chats "mcp:<client>") among any others: listed
+    newest first and counted by the store, by status, alone or with an owner."""
+    chats = ["mcp:agent", "/w/a.sidekick.md", "mcp:other", "mcp", "mcq:x", "mcp:"]
+    made = [
+        tasks_store.insert(mk(created_at=100.0 + i, chat=chats[i % 6], owner=f"o{i % 2}"))
+        for i in range(24)
+    ]
+    mcp = [t.id for t in reversed(made) if t.chat.startswith("mcp:")]
+    query = TaskQuery.of(chat_prefix="mcp:")
+    assert [t.id for t in tasks_store.list(query, limit=None)] == mcp
+    assert [t.id for t in tasks_store.list(query, limit=3, offset=2)] == mcp[2:5]
+    assert tasks_store.count(query) == len(mcp) == 12
+    assert tasks_store.count(TaskQuery.of(S.RUNNING, chat_prefix="mcp:")) == 0
+    either = TaskQuery.of(owner="o1", chat_prefix="mcp:")
+    want = [t.id for t in reversed(made) if t.chat.startswith("mcp:") or t.owner == "o1"]
+    assert [t.id for t in tasks_store.list(either, limit=None)] == want
+    assert tasks_store.count(either) == len(want)
+
+
 def test_owner_or_open_chats_scope(tasks_store: TaskStore) -> None:
     """This Neovim's tasks: its own, and those of the chats open in it (started
     by an earlier Neovim), each once, newest first, paged."""

@@ -50,8 +50,6 @@ NAMES = ToolNames(
 CHAT_PREFIX = MCP_CHAT_PREFIX
 MAX_COMMAND = 64 * 1024  # a shell command line, in characters
 MAX_MESSAGE = 100_000  # one argv item; Linux refuses items over 128 KiB
-SCAN_PAGE = 500  # rows read at a time when listing MCP tasks among all
-SCAN_MAX = 20_000  # rows looked at, at most, for one group of `list`
 
 
 class UnknownTool(LookupError):
@@ -252,18 +250,13 @@ class Face:
             return every
 
         def mcp_only(statuses: set[str]) -> tuple[list[Any], int]:
-            shown: list[Any] = []
-            total = 0
-            for offset in range(0, SCAN_MAX, SCAN_PAGE):
-                page = self.tasks.list(status=statuses, limit=SCAN_PAGE, offset=offset)
-                for task in page:
-                    if is_mcp_task(task):
-                        total += 1
-                        if len(shown) < list_tasks.PER_GROUP:
-                            shown.append(task)
-                if len(page) < SCAN_PAGE:
-                    break
-            return shown, total
+            # selected by the store (an index range on the chat name): however
+            # many tasks Neovims keep there, none is read, and none of the
+            # MCP clients' is missed
+            shown = self.tasks.list(
+                status=statuses, limit=list_tasks.PER_GROUP, chat_prefix=CHAT_PREFIX
+            )
+            return shown, self.tasks.count(status=statuses, chat_prefix=CHAT_PREFIX)
 
         return mcp_only
 

@@ -149,8 +149,10 @@ class TaskManager(TaskEngine):
         limit: int | None = 100,
         offset: int = 0,
         chats: Iterable[str] | None = None,
+        chat_prefix: str | None = None,
     ) -> list[Task]:
-        tasks = self.store.list(TaskQuery.of(status, owner, chats), limit, offset)
+        query = TaskQuery.of(status, owner, chats, chat_prefix)
+        tasks = self.store.list(query, limit, offset)
         return [t for t in map(self._with_live_lines, tasks) if t is not None]
 
     def count(
@@ -158,8 +160,9 @@ class TaskManager(TaskEngine):
         status: StatusFilter = None,
         owner: str | None = None,
         chats: Iterable[str] | None = None,
+        chat_prefix: str | None = None,
     ) -> int:
-        return self.store.count(TaskQuery.of(status, owner, chats))
+        return self.store.count(TaskQuery.of(status, owner, chats, chat_prefix))
 
     def queue_position(self, token: str) -> int | None:
         """How many queued tasks are ahead of `token` (None: not queued here)."""

@@ -28,23 +28,38 @@ def normalize_status(status: StatusFilter) -> frozenset[str] | None:
 @dataclass(frozen=True)
 class TaskQuery:
     """Which tasks `list()` and `count()` select: those with one of `statuses`
-    (None: any) that belong to `owner` OR were started from one of `chats`
-    (neither given: every task)."""
+    (None: any) that belong to `owner` OR were started from one of `chats` OR
+    from a chat whose name starts with `chat_prefix` (none given: every task)."""
 
     statuses: frozenset[str] | None = None
     owner: str | None = None
     chats: frozenset[str] = frozenset()
+    chat_prefix: str | None = None  # non-empty: the MCP face's "mcp:" chats
 
     @classmethod
-    def of(cls, status: StatusFilter = None, owner: Owner = None, chats: Chats = None) -> TaskQuery:
-        return cls(normalize_status(status), owner, frozenset(chats or ()))
+    def of(
+        cls,
+        status: StatusFilter = None,
+        owner: Owner = None,
+        chats: Chats = None,
+        chat_prefix: str | None = None,
+    ) -> TaskQuery:
+        return cls(normalize_status(status), owner, frozenset(chats or ()), chat_prefix or None)
 
     def matches(self, task: Task) -> bool:
         if self.statuses is not None and task.status.value not in self.statuses:
             return False
-        if self.owner is None and not self.chats:
+        if self.owner is None and not self.chats and self.chat_prefix is None:
+            return True
+        if self.chat_prefix is not None and task.chat.startswith(self.chat_prefix):
             return True
         return task.owner == self.owner or task.chat in self.chats
+
+
+def prefix_bounds(prefix: str) -> tuple[str, str]:
+    """The range [low, high) of the strings starting with non-empty `prefix`
+    (an index range scan, where LIKE would read every row)."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 EVERY_TASK = TaskQuery()

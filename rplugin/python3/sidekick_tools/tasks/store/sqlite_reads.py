@@ -11,30 +11,36 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 from ..model import Task
-from .query import TaskQuery
+from .query import TaskQuery, prefix_bounds
 from .schema import COLUMNS, from_row
 
 _CREATED_AT = COLUMNS.index("created_at")
 _TOKEN = COLUMNS.index("token")
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM tasks"
 
-Scope = Optional[tuple[str, str]]  # ("owner" | "chat", value); None: every task
+Scope = Optional[tuple[str, str]]  # ("owner" | "chat" | "prefix", value); None: every task
 
 
-def _scopes(owner: str | None, chats: Iterable[str]) -> list[Scope]:
-    """The index scans that together select `owner`'s tasks or `chats`' tasks."""
+def _scopes(query: TaskQuery) -> list[Scope]:
+    """The index scans that together select the owner's tasks, the chats'
+    tasks and those of the chats named with the prefix."""
     scopes: list[Scope] = []
-    if owner is not None:
-        scopes.append(("owner", owner))
-    for chat in sorted(chats):
+    if query.owner is not None:
+        scopes.append(("owner", query.owner))
+    for chat in sorted(query.chats):
         scopes.append(("chat", chat))
+    if query.chat_prefix is not None:
+        scopes.append(("prefix", query.chat_prefix))
     return scopes or [None]
 
 
 def _where(scope: Scope, status: str | None) -> tuple[list[str], list[Any]]:
     where: list[str] = []
     params: list[Any] = []
-    if scope is not None:
+    if scope is not None and scope[0] == "prefix":
+        where.append("chat >= ? AND chat < ?")
+        params.extend(prefix_bounds(scope[1]))
+    elif scope is not None:
         where.append(f"{scope[0]} = ?")
         params.append(scope[1])
     if status is not None:
@@ -114,7 +120,7 @@ def page(conn: sqlite3.Connection, query: TaskQuery, limit: int | None, offset: 
     Several statuses, or an owner with chats, are answered by merging one
     indexed query per (status, owner or chat).
     """
-    scopes = _scopes(query.owner, query.chats)
+    scopes = _scopes(query)
     status_list: list[str | None] = sorted(query.statuses) if query.statuses else [None]
     upto = None if limit is None else offset + limit
     if len(scopes) * len(status_list) == 1:
@@ -141,6 +147,9 @@ def count(conn: sqlite3.Connection, query: TaskQuery) -> int:
     if chat_list:
         scope.append(f"chat IN ({', '.join('?' * len(chat_list))})")
         params.extend(chat_list)
+    if query.chat_prefix is not None:
+        scope.append("(chat >= ? AND chat < ?)")
+        params.extend(prefix_bounds(query.chat_prefix))
     if scope:
         where.append("(" + " OR ".join(scope) + ")")
     if query.statuses is not None:
