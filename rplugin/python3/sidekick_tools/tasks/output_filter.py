@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import json
 import sys
+import weakref
 from re import Pattern
+from typing import Any
 
 from .output import read_new
 
@@ -35,6 +37,20 @@ sys.stdout.write(json.dumps({"hits": hits, "cut": cut}))
 """
 
 READ_PIECE = 1 << 20
+
+# Matchers running at once, per event loop: each may spend its whole time
+# limit on one core (a hostile pattern), and a client may ask for hundreds at
+# once; the others wait their turn, and the host's own work keeps a core.
+MATCHERS = 2
+_turns: weakref.WeakKeyDictionary[Any, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def _turn() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    turn = _turns.get(loop)
+    if turn is None:
+        turn = _turns[loop] = asyncio.Semaphore(MATCHERS)
+    return turn
 
 
 class FilterTimeout(ValueError):
@@ -70,9 +86,17 @@ async def matching_lines(
     lines: list[str], rx: Pattern[str], max_chars: int, time_limit: float
 ) -> tuple[list[str], bool]:
     """(the lines `rx` finds something in, cut at `max_chars`; True when cut),
-    matched in a separate process stopped after `time_limit` seconds."""
+    matched in a separate process stopped after `time_limit` seconds (counted
+    once its turn has come: at most MATCHERS run at once)."""
     if not lines:
         return [], False
+    async with _turn():
+        return await _match(lines, rx, max_chars, time_limit)
+
+
+async def _match(
+    lines: list[str], rx: Pattern[str], max_chars: int, time_limit: float
+) -> tuple[list[str], bool]:
     job = json.dumps(
         {"pattern": rx.pattern, "flags": rx.flags, "lines": lines, "max_chars": max_chars}
     ).encode()
