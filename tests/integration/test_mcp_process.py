@@ -193,6 +193,13 @@ def test_a_line_nested_past_any_bound_is_answered_and_the_session_goes_on(raw, t
     client.initialize()
     marker = tmp_path / "go"
     args = {"command": f"while [ ! -e {marker} ]; do sleep 0.05; done", "async": True}
+    try:
+        deep_line_session(client, args, tmp_path)
+    finally:
+        marker.touch()  # whatever happened, the task ends
+
+
+def deep_line_session(client: RawClient, args: dict[str, Any], tmp_path: Path) -> None:
     run = client.request(2, "tools/call", {"name": "run", "arguments": args})["result"]
     token = json.loads(run["content"][0]["text"])["task"]
     deep = "[" * 1000 + "]" * 1000
