@@ -16,6 +16,7 @@ from tests.conftest import wait_for
 from tests.fake_provider import (
     ThreadedFakeProvider,
     http_error,
+    raw,
     reply,
     stream_error,
     text,
@@ -764,6 +765,42 @@ def test_a_formatter_rewriting_the_chat_mid_stream_loses_nothing(editor, fake, k
         assert editor.text().count("ASSISTANT:") == 3
     else:
         assert reply_row == len(before) + 1 and editor.text().count("ASSISTANT:") == 2
+
+
+def _sse(event: dict) -> bytes:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+def test_a_call_cut_by_the_token_limit_is_answered_as_cut(editor, fake):
+    """A reply stopped by chat.max_tokens inside a call's input: the model was
+    told only "Malformed JSON", and may well write the same call again, cut
+    again. Its failed result says the reply was cut there, and what to do."""
+    cut = [
+        _sse(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_cut", "name": "write_file"},
+            }
+        ),
+        _sse(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": '{"path": "a.txt", "con'},
+            }
+        ),
+        _sse({"type": "content_block_stop", "index": 0}),  # as Anthropic closes it
+    ]
+    fake.push(reply(*(raw(c) for c in cut), stop_reason="max_tokens"), reply("Retrying."))
+    setup(editor, fake, "anthropic")
+    editor.open_chat("USER: write a.txt\n")
+    send(editor)
+    wait_replies(editor, 2)
+    sent = json.dumps(fake.requests[1].json)
+    assert "Malformed JSON" in sent
+    assert "reached chat.max_tokens and was cut inside this call" in sent
+    assert not (editor.workdir / "a.txt").exists()
 
 
 def test_a_provider_echoing_its_key_never_gets_it_into_the_chat(editor, fake, kind):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import shlex
 import time
 from dataclasses import dataclass
@@ -24,6 +25,25 @@ from .registry import Tracked
 from .scan import call_problem
 
 log = logging.getLogger(__name__)
+
+
+# What a call cut short by the reply's token limit is answered with, after its
+# JSON's problem: the model is told why, and what to do.
+CUT_SHORT = (
+    "\nThe reply reached chat.max_tokens and was cut inside this call's input: write "
+    "it again in smaller parts (a long file in several calls), or raise chat.max_tokens."
+)
+_CUT_NOTE = re.compile(r"^`{3,}sidekick max_tokens\s*$")
+
+
+def cut_by_max_tokens(mirror: Any, call: ToolCall) -> bool:
+    """Whether `call`'s message ends with the plugin's note that the reply was
+    cut by chat.max_tokens (reply_stream writes it under such a reply)."""
+    for message in mirror.chat().messages:
+        if message.start_row <= call.start_row <= message.end_row:
+            rows = mirror.lines[call.start_row : message.end_row + 1]
+            return any(_CUT_NOTE.match(line) for line in rows)
+    return False
 
 
 def started_by(task: Any, call: ToolCall, agents: Any = None) -> bool:
@@ -144,6 +164,8 @@ class CallExecutor:
                 self.ctx.registry.state(tracked, "failed", detail=problem)
                 self.ctx.port.notify_user(f"sidekick_tools: {problem}", "error")
                 return None
+            if problem.startswith("Malformed JSON") and cut_by_max_tokens(mirror, call):
+                problem += CUT_SHORT
             return ToolResult(status="failed", body=problem, fields={})
         earlier = self.earlier_result(tracked, mirror.name, call)
         if earlier is not None:
