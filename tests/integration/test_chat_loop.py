@@ -23,6 +23,7 @@ from tests.fake_provider import (
     thinking,
     tool_call,
 )
+from tests.fake_provider.anthropic_wire import sse
 from tests.integration.chat_helpers import (
     edit_mid_stream,
     mid_stream,
@@ -767,8 +768,8 @@ def test_a_formatter_rewriting_the_chat_mid_stream_loses_nothing(editor, fake, k
         assert reply_row == len(before) + 1 and editor.text().count("ASSISTANT:") == 2
 
 
-def _sse(event: dict) -> bytes:
-    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+def _event(data: dict) -> bytes:
+    return sse(data["type"], data)
 
 
 def test_a_call_cut_by_the_token_limit_is_answered_as_cut(editor, fake):
@@ -776,21 +777,21 @@ def test_a_call_cut_by_the_token_limit_is_answered_as_cut(editor, fake):
     told only "Malformed JSON", and may well write the same call again, cut
     again. Its failed result says the reply was cut there, and what to do."""
     cut = [
-        _sse(
+        _event(
             {
                 "type": "content_block_start",
                 "index": 0,
                 "content_block": {"type": "tool_use", "id": "toolu_cut", "name": "write_file"},
             }
         ),
-        _sse(
+        _event(
             {
                 "type": "content_block_delta",
                 "index": 0,
                 "delta": {"type": "input_json_delta", "partial_json": '{"path": "a.txt", "con'},
             }
         ),
-        _sse({"type": "content_block_stop", "index": 0}),  # as Anthropic closes it
+        _event({"type": "content_block_stop", "index": 0}),  # as Anthropic closes it
     ]
     fake.push(reply(*(raw(c) for c in cut), stop_reason="max_tokens"), reply("Retrying."))
     setup(editor, fake, "anthropic")

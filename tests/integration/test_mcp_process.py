@@ -55,8 +55,12 @@ class RawClient:
             self.lines.put(json.loads(raw))
 
     def send(self, message: dict[str, Any]) -> None:
+        self.write_line(json.dumps({"jsonrpc": "2.0", **message}))
+
+    def write_line(self, line: str) -> None:
+        """One line as it is (what no well-behaved client sends, say)."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+        self.proc.stdin.write(line.encode() + b"\n")
         self.proc.stdin.flush()
 
     def request(self, rid: int, method: str, params: dict[str, Any] | None = None) -> dict:
@@ -168,19 +172,11 @@ def test_a_message_the_sdk_cannot_read_is_answered_all_the_same(raw, tmp_path):
     assert "ab\ufffdcd" in status["content"][0]["text"]
     client.send({"id": 3, "method": 5})
     assert client.answer(3)["error"]["code"] == -32600
-    assert client.proc.stdin is not None
-    client.proc.stdin.write(b'{"id": 4, "method": "tools/list"\n')
-    client.proc.stdin.flush()
+    client.write_line('{"id": 4, "method": "tools/list"')
     assert client.answer(None)["error"]["code"] == -32700
     tools = client.request(5, "tools/list")["result"]["tools"]
     assert len(tools) == 7
     assert client.close() == 0
-
-
-def raw_line(client: RawClient, line: str) -> None:
-    assert client.proc.stdin is not None
-    client.proc.stdin.write(line.encode() + b"\n")
-    client.proc.stdin.flush()
 
 
 def test_a_line_nested_past_any_bound_is_answered_and_the_session_goes_on(raw, tmp_path):
@@ -203,13 +199,12 @@ def deep_line_session(client: RawClient, args: dict[str, Any], tmp_path: Path) -
     run = client.request(2, "tools/call", {"name": "run", "arguments": args})["result"]
     token = json.loads(run["content"][0]["text"])["task"]
     deep = "[" * 1000 + "]" * 1000
-    raw_line(
-        client,
+    client.write_line(
         '{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "status", '
         f'"arguments": {{"task": "abcdef", "x": {deep}}}}}}}',
     )
     assert client.answer(3)["error"]["code"] == -32600
-    raw_line(client, '[{"jsonrpc": "2.0", "id": 4, "method": "ping"}]')
+    client.write_line('[{"jsonrpc": "2.0", "id": 4, "method": "ping"}]')
     assert client.answer(None)["error"]["code"] == -32600
     client.send({"id": True, "method": "ping", "params": 5})
     assert client.answer(None)["error"]["code"] == -32600

@@ -193,7 +193,7 @@ def _shared(text: str, literal: str, least: int) -> list[tuple[int, int]]:
     aligned halves (`least // 2` long): found by those, then grown both ways."""
     step = max(1, least // 2)
     spans: list[tuple[int, int]] = []
-    for i in dict.fromkeys(range(0, len(literal) - step + 1, step)):
+    for i in range(0, len(literal) - step + 1, step):
         half = literal[i : i + step]
         at = text.find(half)
         while at != -1:

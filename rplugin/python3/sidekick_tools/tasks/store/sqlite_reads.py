@@ -18,6 +18,8 @@ _CREATED_AT = COLUMNS.index("created_at")
 _TOKEN = COLUMNS.index("token")
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM tasks"
 
+_PREFIX = "chat >= ? AND chat < ?"  # the chats named with a prefix (`prefix_bounds`)
+
 Scope = Optional[tuple[str, str]]  # ("owner" | "chat" | "prefix", value); None: every task
 
 
@@ -38,7 +40,7 @@ def _where(scope: Scope, status: str | None) -> tuple[list[str], list[Any]]:
     where: list[str] = []
     params: list[Any] = []
     if scope is not None and scope[0] == "prefix":
-        where.append("chat >= ? AND chat < ?")
+        where.append(_PREFIX)
         params.extend(prefix_bounds(scope[1]))
     elif scope is not None:
         where.append(f"{scope[0]} = ?")
@@ -148,7 +150,7 @@ def count(conn: sqlite3.Connection, query: TaskQuery) -> int:
         scope.append(f"chat IN ({', '.join('?' * len(chat_list))})")
         params.extend(chat_list)
     if query.chat_prefix is not None:
-        scope.append("(chat >= ? AND chat < ?)")
+        scope.append(f"({_PREFIX})")
         params.extend(prefix_bounds(query.chat_prefix))
     if scope:
         where.append("(" + " OR ".join(scope) + ")")
