@@ -56,10 +56,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN_PATH = str(ROOT / "rplugin" / "python3")
 # what each kind of process imports before it reads its first message: a host
-# (and the reap Lua starts the same way), an MCP server (the SDK is about
-# 1 CPU-s: a server of its own, started only where a test starts MCP servers)
+# (and the reap Lua starts the same way), with what the chat loop imports at its
+# first send (httpx2 among them: a third of the test suite sends), and an MCP
+# server (the SDK is about 1 CPU-s: a server of its own, started only where a
+# test starts MCP servers)
 PRELOAD = {
-    "HOST": ("pynvim", "sidekick_tools.host", "sidekick_tools.reap"),
+    "HOST": (
+        "pynvim",
+        "sidekick_tools.host",
+        "sidekick_tools.reap",
+        "sidekick_tools.calls.outbound",
+        "sidekick_tools.calls.reply_stream",
+        "sidekick_tools.llm.stream",
+        "httpx2",
+    ),
     "MCP": ("mcp.server.lowlevel", "mcp.server.stdio", "sidekick_tools.mcp.server"),
 }
 # how each is started: `python -E -c` for a host; `-P` for an MCP server (no
@@ -275,8 +285,11 @@ def serve(kind: str, sock_path: str, base_path: list[str]) -> None:
                     _child(conn, listener, head, fds)
                 for fd in fds:
                     os.close(fd)
+                # for ForkServers.host_of: whole (renamed into place) before the child can be seen
+                note = Path(f"{sock_path}.{shim_pid}")
+                note.with_name(note.name + ".part").write_text(str(pid))
+                os.replace(note.with_name(note.name + ".part"), note)
                 conn.send(f"pid {pid}".encode())
-                Path(f"{sock_path}.{shim_pid}").write_text(str(pid))  # for ForkServers.host_of
                 child_fd = os.pidfd_open(pid)
                 try:
                     shim_fd = os.pidfd_open(shim_pid)
