@@ -220,6 +220,57 @@ def deep_line_session(client: RawClient, args: dict[str, Any], tmp_path: Path) -
         store.close()
 
 
+def peak_rss(pid: int) -> int:
+    """The most memory process `pid` has held (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+def test_a_line_past_the_size_bound_is_answered_without_being_held(raw, tmp_path):
+    """A 64 MiB message: the SDK's transport held it whole, and more than
+    once (a 500 MB line grew the server to 950 MB before it answered). It is
+    read in pieces and let go, answered "invalid request" with its id, and the
+    session goes on, the next message on the same pipe read as ever."""
+    client = raw()
+    client.initialize()
+    assert client.request(2, "ping")["result"] == {}
+    server = SERVERS.host_of(client.proc.pid)
+    before = peak_rss(server)
+    huge = "x" * (64 << 20)
+    head = '{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": '
+    client.write_line(head + f'{{"name": "run", "arguments": {{"command": "echo {huge}"}}}}}}')
+    refused = client.answer(3)["error"]
+    assert refused["code"] == -32600 and "longer than 8388608 bytes" in refused["message"]
+    assert client.request(4, "ping")["result"] == {}
+    # what the line cost: a few pieces, not the line (with slack for the allocator)
+    assert peak_rss(server) - before < 32 << 20
+    assert client.close() == 0
+
+
+@pytest.mark.parametrize("rid", ["null", "1.5", "2e3"])
+def test_a_request_with_an_id_mcp_does_not_allow_is_answered(raw, tmp_path, rid):
+    """The SDK took a request whose id is null or not an integer for a
+    notification: nobody answered, and the client waited until its own time
+    limit. MCP allows a string or an integer: it is answered "invalid request"
+    (with id null, as JSON-RPC says when the id cannot be used), and not run."""
+    client = raw()
+    client.initialize()
+    marker = tmp_path / "ran"
+    call = {"name": "run", "arguments": {"command": f"touch {marker}", "async": False}}
+    client.write_line(
+        f'{{"jsonrpc": "2.0", "id": {rid}, "method": "tools/call", "params": '
+        + json.dumps(call)
+        + "}"
+    )
+    refused = client.answer(None)["error"]
+    assert refused["code"] == -32600 and "string or an integer" in refused["message"]
+    assert client.request(5, "ping")["result"] == {}
+    assert not marker.exists()
+    assert client.close() == 0
+
+
 HOSTILE = "open({marker!r}, 'a').write(__name__ + '\\n'); raise SystemExit('hostile {name}')\n"
 
 

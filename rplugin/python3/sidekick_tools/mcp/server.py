@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import signal
+from collections import deque
 from typing import Any
 
 import anyio
@@ -40,6 +41,7 @@ from ..statedir import log_to_file, open_state_dir
 from ..tasks.identity import owner_token
 from ..tasks.start import start_manager
 from .face import SPECS, Face, UnknownTool
+from .lines import REFUSED, Lines, Refused, claimed_stdin, top_id
 from .settings import ConfigSource, Options
 
 log = logging.getLogger(__name__)
@@ -115,36 +117,12 @@ def _without_surrogates(value: Any) -> Any:
     return value
 
 
-class _Refused(Exception):
-    """A line answered with an error (JSON-RPC `code`, `message`, the request's
-    id when it could be read, else null)."""
-
-    def __init__(self, code: int, message: str, rid: Any = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.rid = code, message, rid
-
-
-# the id of a request whose line cannot be read whole: among the members
-# before its first nested object or array (`{"jsonrpc": "2.0", "id": 7, ...`)
-_TOP_ID = re.compile(r'"id"\s*:\s*(-?\d{1,18}(?![\d.eE])|"(?:[^"\\]|\\.){0,256}")')
-
-
-def _top_id(line: str) -> Any:
-    head = line[: min((i for i in (line.find("{", 1), line.find("[", 1)) if i > 0), default=512)]
-    m = _TOP_ID.search(head[:512])
-    if m is None:
-        return None
-    try:
-        return json.loads(m.group(1))
-    except ValueError:
-        return None
-
-
-def _sent(exc: Exception) -> Any:
+def _sent(exc: Exception, refused: deque[Refused]) -> Any:
     """What the client sent, from the SDK's error about it: the message as
     Python's json reads it; `_NOTHING` when the error does not hold it. `_Refused`
     for a line that is no JSON, or nested past MAX_JSON_DEPTH (read no further:
-    its depth must not break the server)."""
+    its depth must not break the server); `refused`'s next for a line the
+    reader refused."""
     errors = getattr(exc, "errors", None)
     try:
         found = errors() if callable(errors) else []
@@ -154,13 +132,15 @@ def _sent(exc: Exception) -> Any:
         value = error.get("input")
         if error.get("type") == "json_invalid" and isinstance(value, (str, bytes)):
             line = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            if line == REFUSED and refused:
+                raise refused.popleft()
             if json_depth(line) > MAX_JSON_DEPTH:
                 why = f"Invalid request: nested deeper than {MAX_JSON_DEPTH} levels"
-                raise _Refused(types.INVALID_REQUEST, why, _top_id(line))
+                raise Refused(types.INVALID_REQUEST, why, top_id(line))
             try:
                 return json.loads(line)
             except (ValueError, RecursionError):  # its id cannot be told: null
-                raise _Refused(types.PARSE_ERROR, "Parse error: the line is not JSON") from None
+                raise Refused(types.PARSE_ERROR, "Parse error: the line is not JSON") from None
         loc = error.get("loc", ())
         if len(loc) <= 1 or isinstance(value, dict) and len(loc) <= 2:
             return value  # the message itself (not an object, or a field of it wrong)
@@ -180,9 +160,10 @@ class MendedReads:
     - a request that is still no valid message is answered "invalid request",
       and a line that is no JSON "parse error" (JSON-RPC 2.0, section 5.1)."""
 
-    def __init__(self, inner: Any, write_stream: Any) -> None:
+    def __init__(self, inner: Any, write_stream: Any, refused: deque[Refused]) -> None:
         self._inner = inner
         self._write = write_stream
+        self._refused = refused  # the lines the reader refused, in order (`Lines`)
 
     @property
     def last_context(self) -> Any:  # the SDK runs handlers in the reader's context
@@ -206,8 +187,8 @@ class MendedReads:
 
     async def _read_again(self, exc: Exception) -> SessionMessage | None:
         try:
-            sent = _sent(exc)
-        except _Refused as refused:
+            sent = _sent(exc, self._refused)
+        except Refused as refused:
             await self._refuse(refused.rid, refused.code, refused.message)
             return None
         if sent is _NOTHING:
@@ -303,19 +284,21 @@ async def serve(options: Options) -> int:
         os._exit(0)
 
     try:
-        async with stdio_server() as (read_stream, write_stream):
-            reads = MendedReads(read_stream, write_stream)
-            serving = asyncio.ensure_future(
-                server.run(reads, write_stream, server.create_initialization_options())
-            )
+        with claimed_stdin() as fd:
+            lines = Lines(fd)
+            async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+                reads = MendedReads(read_stream, write_stream, lines.refused)
+                serving = asyncio.ensure_future(
+                    server.run(reads, write_stream, server.create_initialization_options())
+                )
 
-            def on_signal() -> None:
-                if not stopping:
-                    stopping.append(asyncio.ensure_future(stop_on_signal(serving)))
+                def on_signal() -> None:
+                    if not stopping:
+                        stopping.append(asyncio.ensure_future(stop_on_signal(serving)))
 
-            for sig in _SIGNALS:
-                loop.add_signal_handler(sig, on_signal)
-            await serving
+                for sig in _SIGNALS:
+                    loop.add_signal_handler(sig, on_signal)
+                await serving
     except BaseException as exc:
         if not stopping:
             if isinstance(exc, Exception):
