@@ -22,9 +22,11 @@ local function broken(p)
   return type(p.problem) == "string" and p.problem ~= ""
 end
 
-local function needs_consent(p)
+--- Whether plan entry `p` runs only with the user's consent.
+function M.needs_consent(p)
   return p.verdict == "ask" and not broken(p)
 end
+local needs_consent = M.needs_consent
 
 --- The question's text for the host's `plan` answer: the runnable calls are
 --- counted, those that need consent listed; calls that cannot run are named
@@ -74,17 +76,31 @@ function M.message(plan)
   return table.concat(lines, "\n")
 end
 
---- Ask the user about `plan` when a call in it needs consent. True: run the
---- calls of the plan (nothing needed asking, or the user said run).
----@return boolean
+--- Ask the user about `plan` when a call in it needs consent. "all": run
+--- every call of the plan (nothing needed asking, or the user said run);
+--- "others": all but those that need consent (the user said "only the
+--- others", offered when some call runs without asking); nil: run nothing.
+---@return "all"|"others"|nil
 function M.ask(plan)
-  local needs = vim.tbl_filter(needs_consent, plan)
-  if #needs == 0 then
-    return true
+  local needs, approved = 0, 0
+  for _, p in ipairs(plan) do
+    if needs_consent(p) then
+      needs = needs + 1
+    elseif p.verdict == "approve" and not broken(p) then
+      approved = approved + 1
+    end
   end
-  local choice = vim.fn.confirm(M.message(plan), "&Run\n&Cancel", 2, "Question")
+  if needs == 0 then
+    return "all"
+  end
+  local choices = approved > 0 and "&Run\n&Only the others\n&Cancel" or "&Run\n&Cancel"
+  local cancel = approved > 0 and 3 or 2
+  local choice = vim.fn.confirm(M.message(plan), choices, cancel, "Question")
   pcall(vim.cmd.redraw) -- the question's lines go, so what follows needs no Enter
-  return choice == 1
+  if choice == 1 then
+    return "all"
+  end
+  return (choice == 2 and cancel == 3) and "others" or nil
 end
 
 return M

@@ -151,7 +151,9 @@ function M.run_tools(bufnr, opts)
       vim.notify(msg, vim.log.levels.WARN)
       return nil, msg
     end
-    if not require("sidekick_tools.consent").ask(plan) then
+    local consent = require("sidekick_tools.consent")
+    local answer = consent.ask(plan)
+    if not answer then
       local msg = "sidekick_tools: nothing was run ("
         .. format.plural(#plan, "call")
         .. " still pending)"
@@ -161,10 +163,20 @@ function M.run_tools(bufnr, opts)
     -- exactly the calls the user was shown (plan gave each an id): one added
     -- while the question was open does not run unasked
     ids = {} -- each id with the digest of the text shown: a call changed since does not run
+    local held, left = {}, 0 -- "only the others": the ids left pending, how many calls
     for _, p in ipairs(plan) do
-      if ids[p.id] == nil then -- a later block repeating an id is not that call
+      if answer == "others" and consent.needs_consent(p) then
+        held[p.id], left = true, left + 1
+      elseif ids[p.id] == nil then -- a later block repeating an id is not that call
         ids[p.id] = p.seen
       end
+    end
+    for id in pairs(held) do
+      ids[id] = nil -- not run, whatever else shares its id
+    end
+    if left > 0 then
+      local msg = "sidekick_tools: %s that need%s your consent left pending"
+      vim.notify(msg:format(format.plural(left, "call"), left == 1 and "s" or ""))
     end
   end
   return ask("run_tools", bufnr, cwd, ids)

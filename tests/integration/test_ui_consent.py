@@ -205,6 +205,56 @@ def test_run_tools_asks_once_for_the_calls_that_need_consent(editor):
     assert len(screen.shown("confirm")) == 2  # one question per command
 
 
+def test_run_tools_can_run_only_the_calls_that_need_no_consent(editor):
+    """The question offered all or nothing: to run the safe `ls` and decide on
+    the `touch` later, a user ran the calls one by one. "Only the others" runs
+    the calls the question says run without asking (and writes the policy's
+    denials), and leaves the ones it asked about pending."""
+    editor.lua(
+        "require('sidekick_tools').setup({ python = ..., state_dir = select(2, ...),"
+        " auto_accept = { policy = function(tool, params)"
+        " if params.command and params.command:find('rm ') then return 'deny' end end } })",
+        sys.executable,
+        str(editor.state_dir),
+    )
+    screen = Screen(editor)
+    # the buttons (a UI is shown them apart from the question) and the default
+    editor.lua(
+        "local confirm = vim.fn.confirm\n"
+        "vim.fn.confirm = function(msg, buttons, default, ...)\n"
+        "  _G.buttons = { buttons, default }\n"
+        "  return confirm(msg, buttons, default, ...)\n"
+        "end"
+    )
+    editor.open_chat(
+        chat(
+            call_block("run_terminal_command", {"command": "touch first.txt"}, "touch"),
+            call_block("run_terminal_command", {"command": "ls"}, "safe"),
+            call_block("run_terminal_command", {"command": "rm -rf build"}, "rm"),
+            call_block("write_file", {"path": "w.txt", "content": "W"}, "write"),
+        )
+    )
+    editor.nvim.input(":SidekickRunTools\r")
+    dialog = screen.dialog(1)
+    assert "These 2 need your consent" in dialog and "1 other runs without asking." in dialog
+    assert editor.lua("return _G.buttons") == ["&Run\n&Only the others\n&Cancel", 3]
+    editor.nvim.input("o")
+    text = editor.wait_text("```result id=rm status=denied")
+    assert "```result id=safe status=completed" in text
+    note = wait_for(lambda: [n for n in editor.notifications() if "left pending" in n])
+    assert note == ["sidekick_tools: 2 calls that need your consent left pending"]
+    assert "```result id=touch" not in text and "```result id=write" not in text
+    assert not (editor.workdir / "first.txt").exists() and not (editor.workdir / "w.txt").exists()
+    # asked again: only those two, and no "only the others" with none to run
+    editor.nvim.input(":SidekickRunTools\r")
+    dialog = screen.dialog(2)
+    assert "Run 2 pending tool calls? These 2 need your consent:" in dialog
+    assert editor.lua("return _G.buttons") == ["&Run\n&Cancel", 2]
+    editor.nvim.input("r")
+    editor.wait_text("```result id=write status=completed")
+    assert (editor.workdir / "first.txt").exists() and (editor.workdir / "w.txt").read_text() == "W"
+
+
 def test_a_call_that_cannot_run_is_no_reason_to_ask(editor):
     """Only runnable calls need consent: a malformed call beside a safe one is
     given its failed result, and nothing is asked."""
