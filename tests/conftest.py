@@ -21,6 +21,28 @@ os.environ.setdefault(
 )
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """An integration test's package code runs in the hosts and MCP servers it
+    starts, each measured on its own: the test process only drives an editor,
+    and tracing that (pynvim, the fake provider, the polls) doubled its CPU
+    time for nothing the report counts. Coverage pauses here for the test:
+    every instance, pytest-cov's and the one COVERAGE_PROCESS_START started
+    (stopping the first resumes the second's tracer)."""
+    paused = []
+    if item.get_closest_marker("integration") is not None:
+        import coverage
+
+        while (cov := coverage.Coverage.current()) is not None:
+            cov.stop()
+            paused.append(cov)
+    try:
+        yield
+    finally:
+        for cov in reversed(paused):
+            cov.start()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked slow first: started last, one of them would keep the whole
     parallel run waiting on a single worker."""
