@@ -66,8 +66,12 @@ end
 
 -- A result block a background task still holds: "```result id=X status=running
 -- ... task=T", in the order the plugin writes. Searched in C with one anchored
--- pattern (a "\&" branch would make Vim try every column of every line).
-local RUNNING_BLOCK = [[\m\C^`\{3,}result\s.*\<status=running\>.*\stask=\x]]
+-- pattern (a "\&" branch would make Vim try every column of every line), in
+-- time linear in the line: the backtracking engine (\%#=1; the NFA one is ten
+-- times slower here), and the last "status=running" taken for good (\@>), as
+-- trying each in turn against the rest of the line made a chat file of one
+-- 240 KB line of them freeze the editor for two minutes when opened.
+local RUNNING_BLOCK = [[\%#=1\m\C^`\{3,}result\s\%(.*\<status=running\>\)\@>.*\stask=\x]]
 
 --- Does the chat's text name a running task?
 ---@param buf integer

@@ -406,3 +406,72 @@ def test_f12_after_stop_a_models_background_task_restarts_the_loop(editor):
         editor.wait_text("```result id=call_bg status=failed")
         assert f"```result id={pwned_probe}" not in editor.text(), editor.text()
         assert len(fake.requests) == 2
+
+
+# ------------------------------------------------------- a second review: findings 13-15
+def test_f13_a_chat_file_naming_running_many_times_on_one_line_opens_at_once(editor):
+    """Opening a chat looks for a running block (to start the host that follows
+    it). The search tried each "status=running" of a line against the rest of
+    it: a chat file of one 240 KB line of them, in a cloned repository, froze
+    the editor for two minutes as it opened."""
+    editor.setup()
+    pid = editor.lua("return vim.fn.getpid()")
+    hostile = "USER: hi\n\nASSISTANT: x\n```result " + "status=running " * 20_000 + "\n```\n"
+
+    def unblock() -> None:
+        os.kill(pid, signal.SIGINT)  # what a user's Ctrl-C does
+
+    answers(lambda: editor.open_chat(hostile), deadline=20, unblock=unblock)
+    assert editor.lua("return require('sidekick_tools.host').running()") is False
+    # a real running block, after it, is still found: the host starts to follow it
+    block = "```result id=r status=running task=abc123\nrunning\n```\n"
+    answers(lambda: editor.open_chat(hostile + block, name="b.sidekick.md"), 20, unblock)
+    wait_for(lambda: editor.lua("return require('sidekick_tools.host').running()"))
+
+
+def test_f14_a_malformed_call_with_a_string_never_closed_does_not_hold_the_editor(editor):
+    """A call body whose string never closes, after 65 brackets: every quote in
+    it started a scan of the rest of the body, on the host's loop, while the
+    editor waited for its answer (80 KB: 33 s; Ctrl-C no help). The call gets
+    its ✗, and the call the user runs runs."""
+    editor.setup()
+    editor.lua("require('sidekick_tools').list_tasks()")  # starts the host
+    host = editor.host_pid()
+    body = "{" * 65 + '"' + '\\"' * 100_000
+    editor.open_chat(
+        HEAD
+        + call("ok", "list_directory", {"path": "."})
+        + f"```tool read_files id=bad\n{body}\n```\n"
+    )
+    row = header_row(editor, "ok") + 1
+    info = answers(lambda: editor.run_tool(row), unblock=lambda: os.kill(host, signal.SIGKILL))
+    assert info["id"] == "ok"
+    editor.wait_text("```result id=ok status=completed")
+    editor.wait_diag(header_row(editor, "bad"), "✗ read_files")
+
+
+def test_f15_reading_a_file_of_key_like_lines_does_not_hold_the_host(editor):
+    """Masking a result looked for a private key's body before an END line by
+    trying every character of a run of key-like lines: a project file of
+    hashes and an END line somewhere, read by an auto-run read_files, held the
+    host 44 s (eight such files, 2 MiB: minutes). It is read, masked and written at once,
+    and editor requests are answered meanwhile."""
+    editor.setup()
+    (editor.workdir / "notes.txt").write_text(
+        "-----END RSA PRIVATE KEY-----\n" + ("A" * 16 + "\n") * 15_000  # under 256 KiB: pasted
+    )
+    editor.open_chat(
+        HEAD
+        + call("a", "list_directory", {"path": "."})
+        + call("b", "read_files", {"paths": ["notes.txt"]})
+    )
+    editor.run_tool(header_row(editor, "a") + 1)  # the chain runs b, approved
+    host = editor.host_pid()
+    probe = "return #require('sidekick_tools').list_tasks()"
+
+    def read() -> bool:
+        answers(lambda: editor.lua(probe), 20, unblock=lambda: os.kill(host, signal.SIGKILL))
+        return "```result id=b status=completed" in editor.text()
+
+    wait_for(read, timeout=60)
+    assert "AAAAAAAAAAAAAAAA" in editor.text()  # no key: the lines are shown

@@ -8,6 +8,8 @@ import textwrap
 import pytest
 from sidekick_tools.chat import MAX_BODY_BYTES, ROLES, Chat, parse
 
+from tests.conftest import answers
+
 
 def P(text: str) -> Chat:
     """Parse a dedented document; rows are its lines, 0-based."""
@@ -807,6 +809,20 @@ def test_deeply_nested_json_is_that_calls_problem_only():
     assert b.error is None and b.params == {"paths": ["ok.txt"]}
     # brackets inside strings do not count
     assert c.error is None and c.params["paths"][0].startswith("[[[")
+
+
+@pytest.mark.parametrize("unit", ['\\"', '\\\n"', '"'])
+def test_a_body_with_a_string_never_closed_is_read_without_holding_the_host(unit):
+    """Every quote of an unclosed string (`\\"`) started a scan of the rest of
+    the body again: a malformed call of 80 KB in a chat held the host 30 s,
+    and the editor with it. Its depth counts the brackets before the string."""
+    from sidekick_tools.chat.call_body import MAX_JSON_DEPTH, json_depth, read_params
+
+    body = "{" * (MAX_JSON_DEPTH + 1) + '"' + unit * 200_000
+    assert answers(lambda: json_depth(body), deadline=20) == MAX_JSON_DEPTH + 1
+    params, problem = answers(lambda: read_params(body, 0), deadline=20)
+    assert params is None and "nested too deeply" in problem
+    assert json_depth('{"a": "b\\' + "[" * 70) == 1  # a string to the end, one last backslash
 
 
 def test_json_depth_counts_nesting_not_brackets_in_strings():

@@ -104,6 +104,13 @@ def test_json_yaml_header_and_url_forms(text, masked):
         "x:// " + "a." * 100_000,  # a URL's scheme could start at every word of the run
         "sk-" + "a" * 20 + "\n" + "b" * 1_000_000 + " ",  # a long wrapped line that is not one
         ("sk-" + "a" * 20 + "\nbbbbbbbbbbbbbbbb") * 20_000,
+        # lines of key characters (hashes, say) and an END line: each line
+        # start scanned the run again (a file of 340 KB: 50 s of the host's)
+        "-----END RSA PRIVATE KEY-----\n" + ("A" * 16 + "\n") * 60_000,
+        ("A" * 16 + "\n") * 60_000 + "-----END RSA PRIVATE KEY-----",
+        ("A" * 16 + "\\n") * 60_000 + "x-----END RSA PRIVATE KEY-----",
+        "PRIVATE KEY-----\n" + "BEGIN " * 100_000,  # each BEGIN scanned the run
+        "PRIVATE KEY-----\n" + "-----END " * 100_000,
     ],
 )
 def test_masking_a_hostile_text_never_holds_the_host(text):
@@ -174,6 +181,28 @@ def test_private_key_blocks():
     # two keys: each masked, the text between kept
     two = mask(f"{pem}\nmiddle\n{pem}")
     assert two.count("***") == 2 and "middle" in two and "b3Bl" not in two
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("x\nAAAAAAAAAAAAAAAA\nBBBBBBBBBBBBBBBB\n{end}\n", "x\n***\n{end}\n"),
+        ("x\r\nAAAAAAAAAAAAAAAA\r\n{end}", "x\r\n***\n{end}"),
+        # the first line's key characters only; a short line is no key's
+        ("key: AAAAAAAAAAAAAAAA\n{end}", "key: ***\n{end}"),
+        ("short\n{end}", "short\n{end}"),
+        ("AAAAAAAAAAAAAAAA {end}", "AAAAAAAAAAAAAAAA {end}"),
+        # in JSON text: escaped line breaks, kept as they were
+        ('"foo\\nAAAAAAAAAAAAAAAA\\nnBBBBBBBBBBBBBBB\\n{end}"', '"foo\\n***\\n{end}"'),
+        ('"foo\\r\\nAAAAAAAAAAAAAAAA\\r\\n{end}"', '"foo\\r\\n***\\n{end}"'),
+        # two keys' bodies, and the text between kept
+        ("AAAAAAAAAAAAAAAA\n{end}\nmid\nBBBBBBBBBBBBBBBB\n{end}", "***\n{end}\nmid\n***\n{end}"),
+    ],
+)
+def test_a_key_body_before_its_end_line_is_masked(text, masked):
+    end = "-----END RSA PRIVATE KEY-----"
+    assert mask(text.format(end=end)) == masked.format(end=end)
+    assert mask(masked.format(end=end)) == masked.format(end=end)
 
 
 def test_literals_are_masked_when_long_enough():

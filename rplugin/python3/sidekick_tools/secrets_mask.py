@@ -53,18 +53,26 @@ _TOKEN_HINT = re.compile("|".join(keep for keep, _ in _TOKEN_PATTERNS))
 
 # A PEM private key, to its END line (or to the end of the text when cut short).
 # The line break after BEGIN is kept as it was written: a newline, or the two
-# characters of an escaped one in JSON text (so masked JSON stays JSON).
+# characters of an escaped one in JSON text (so masked JSON stays JSON). The
+# key's kind ("RSA ", "OPENSSH ") is bounded: unbounded, each "BEGIN " of a
+# long run of them scanned the whole run again (quadratic: seconds for 120 KB).
+_KIND = r"[A-Z0-9 ]{0,40}"
 _PEM = re.compile(
-    r"(-{0,5}BEGIN [A-Z0-9 ]*PRIVATE KEY-----)(\r?\n|(?:\\r)?\\n)?"
-    r"(?:.*?(-----END [A-Z0-9 ]*PRIVATE KEY-----)|.*\Z)",
+    rf"(-{{0,5}}BEGIN {_KIND}PRIVATE KEY-----)(\r?\n|(?:\\r)?\\n)?"
+    rf"(?:.*?(-----END {_KIND}PRIVATE KEY-----)|.*\Z)",
     re.DOTALL,
 )
 
 # A key's body printed without its BEGIN line (`tail -n +2 key.pem`): the
-# base64 lines right before an END line.
-_PEM_TAIL = re.compile(
-    r"((?:[A-Za-z0-9+/=]{16,}(?:\r?\n|(?:\\r)?\\n))+)(-----END [A-Z0-9 ]*PRIVATE KEY-----)"
-)
+# base64 lines right before an END line. They are read backwards from each END
+# line (in the reversed text, anchored there): a search forwards tried every
+# character of a long run of such lines with no END after it, and rescanned
+# the run from each (an ordinary file of hashes with an END line anywhere held
+# the host 50 s). Reversed, a line is its line break (a newline, or an escaped
+# one), then 16 or more key characters; an "n" right before a backslash is
+# the escaped break's, not the line's.
+_PEM_END = re.compile(rf"-----END {_KIND}PRIVATE KEY-----")
+_PEM_BODY_REVERSED = re.compile(r"(?:(?:\n\r?|n\\(?:r\\)?)(?:n(?!\\)|[A-Za-mo-z0-9+/=]){16,})+")
 
 # Names whose value is a secret: a name ending so (DB_PASSWORD, GITHUB_TOKEN,
 # AWS_SECRET_ACCESS_KEY, private_key); `max_tokens` or `token_count` do not.
@@ -129,10 +137,21 @@ def _pem_sub(match: re.Match[str]) -> str:
     )
 
 
-def _pem_tail_sub(match: re.Match[str]) -> str:
-    body = match.group(1)
-    sep = "\\n" if body.endswith("\\n") and not body.endswith("\n") else "\n"
-    return f"{REPLACEMENT}{sep}{match.group(2)}"
+def _mask_pem_tails(text: str) -> str:
+    """`text` with the body before each END line masked (`_PEM_BODY_REVERSED`)."""
+    backwards: str | None = None
+    out: list[str] = []
+    done = 0
+    for end in _PEM_END.finditer(text):
+        if backwards is None:
+            backwards = text[::-1]
+        body = _PEM_BODY_REVERSED.match(backwards, len(text) - end.start())
+        if body is None:
+            continue
+        sep = "\n" if text[end.start() - 1] == "\n" else "\\n"
+        out += (text[done : end.start() - len(body.group())], REPLACEMENT, sep, end.group())
+        done = end.end()
+    return "".join(out) + text[done:] if out else text
 
 
 def _assignment_sub(match: re.Match[str]) -> str:
@@ -223,7 +242,7 @@ def mask(text: str, literals: Iterable[str] = ()) -> str:
     text = mask_literals(text, literals)
     if "PRIVATE KEY-----" in text:
         text = _PEM.sub(_pem_sub, text)
-        text = _PEM_TAIL.sub(_pem_tail_sub, text)
+        text = _mask_pem_tails(text)
     if _TOKEN_HINT.search(text):
         text = _TOKENS.sub(_token_sub, text)
     if "=" in text:

@@ -18,7 +18,11 @@ MAX_BODY_BYTES = 1024 * 1024
 # decoder (and every consumer after it) recurses once per level, and a body
 # like [[[[...]]]] must be that call's problem, not the whole chat's.
 MAX_JSON_DEPTH = 64
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+# A string runs to its closing quote, or to the end of the text when it has
+# none (then it is no JSON, which the decoder says): were an unclosed string
+# no token, each quote in it (`\"`) would start a scan to the end again, a
+# call body of 80 KB holding the host 30 s.
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)|[\[\]{}]', re.DOTALL)
 
 
 def json_depth(text: str) -> int:
