@@ -119,7 +119,7 @@ def _without_surrogates(value: Any) -> Any:
 
 def _sent(exc: Exception, refused: deque[Refused]) -> Any:
     """What the client sent, from the SDK's error about it: the message as
-    Python's json reads it; `_NOTHING` when the error does not hold it. `_Refused`
+    Python's json reads it; `_NOTHING` when the error does not hold it. `Refused`
     for a line that is no JSON, or nested past MAX_JSON_DEPTH (read no further:
     its depth must not break the server); `refused`'s next for a line the
     reader refused."""
@@ -158,7 +158,9 @@ class MendedReads:
     - JSON with a lone surrogate escape ("\\ud800": the SDK's parser refuses
       it, Python's reads it) is read with U+FFFD in its place;
     - a request that is still no valid message is answered "invalid request",
-      and a line that is no JSON "parse error" (JSON-RPC 2.0, section 5.1)."""
+      and a line that is no JSON "parse error" (JSON-RPC 2.0, section 5.1);
+    - a line the reader (`lines.Lines`) refused, too long or with an id MCP
+      does not allow, is answered with its refusal."""
 
     def __init__(self, inner: Any, write_stream: Any, refused: deque[Refused]) -> None:
         self._inner = inner
