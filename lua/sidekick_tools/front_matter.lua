@@ -16,12 +16,24 @@ end
 ---@field rows table<string, integer[]> 0-based rows of each key's lines
 ---@field end_row integer 0-based row of the closing ---
 
+--- `s` without its leading and trailing blanks, in time linear in `s`:
+--- vim.trim's pattern is quadratic on a line of blanks only (a chat file's
+--- line of 40 KB of spaces held the editor 11 s).
+local function trim(s)
+  local first = s:find("%S")
+  if not first then
+    return ""
+  end
+  local _, last = s:find(".*%S", first)
+  return s:sub(first, last)
+end
+
 --- The front matter of `buf`, or nil when it has none.
 ---@param buf integer
 ---@return sidekick_tools.FrontMatter|nil
 function M.read(buf)
   local lines = vim.api.nvim_buf_get_lines(buf, 0, MAX_ROWS, false)
-  if not lines[1] or vim.trim(lines[1]) ~= "---" or lines[1]:match("^%s") then
+  if not lines[1] or trim(lines[1]) ~= "---" or lines[1]:match("^%s") then
     return nil
   end
   local front = { values = {}, rows = {} }
@@ -30,7 +42,7 @@ function M.read(buf)
     if is_role_line(line) then
       return nil -- a message began: that `---` was text
     end
-    local trimmed = vim.trim(line)
+    local trimmed = trim(line)
     if trimmed == "---" and not line:match("^%s") then
       front.end_row = i - 1
       return front

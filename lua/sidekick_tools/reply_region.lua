@@ -130,7 +130,7 @@ local function message_starts(all)
   local starts, fence = {}, nil
   for i, line in ipairs(all) do
     if fence then
-      if line:match("^" .. fence .. "`*%s*$") then
+      if line:sub(1, #fence) == fence and line:find("^`*%s*$", #fence + 1) then
         fence = nil
       end
     elseif line:match("^```") then

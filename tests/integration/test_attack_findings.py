@@ -475,3 +475,13 @@ def test_f15_reading_a_file_of_key_like_lines_does_not_hold_the_host(editor):
 
     wait_for(read, timeout=60)
     assert "AAAAAAAAAAAAAAAA" in editor.text()  # no key: the lines are shown
+
+
+def test_f16_a_front_matter_line_of_blanks_does_not_hold_the_editor(editor):
+    """vim.trim is quadratic on a line of blanks only: a chat file whose front
+    matter held one of 40 KB held the editor 11 s at :SidekickModel (and at
+    each send). The front matter is read as ever."""
+    editor.setup()
+    editor.open_chat("---\n" + " " * 100_000 + "\nmodel:  a/b  \n---\nUSER: hi\n")
+    read = "return require('sidekick_tools.front_matter').read(0).values"
+    assert answers(lambda: editor.lua(read), deadline=20) == {"model": "a/b"}

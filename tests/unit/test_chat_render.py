@@ -18,9 +18,11 @@ from sidekick_tools.chat import (
     truncate_tail,
 )
 from sidekick_tools.chat import render as render_mod
-from sidekick_tools.chat.edits import describe
+from sidekick_tools.chat.edits import describe, visible
 from sidekick_tools.chat.parser import ToolCall
 from sidekick_tools.chat.render import truncate_streams
+
+from tests.conftest import answers
 
 CALL = ["ASSISTANT: running", "```tool run_terminal_command id=call_01", '{"command": "x"}', "```"]
 
@@ -495,3 +497,14 @@ def test_a_question_shows_what_the_eye_would_not_see():
     )
     line = describe(_call("write_file", {"content": "x", "path": "docs/\u202eexe.md"}))
     assert line == '{"content": "x"} (path="docs/<U+202E>exe.md")'
+
+
+def test_a_long_run_of_blanks_in_a_call_is_shown_without_holding_the_host():
+    """A run of spaces with no line break after it was scanned again from each
+    of its spaces: :SidekickRunTools' question on a call of 100 KB held the host
+    16 s, and the editor waiting for it. It reads as one space, as ever."""
+    text = "echo" + " " * 400_000 + "x"
+    assert answers(lambda: visible(text), deadline=20) == "echo x"
+    body = {"command": "echo" + " \t" * 200_000 + "x\n\n  y"}
+    shown = answers(lambda: describe(_call("run_terminal_command", body), 10**6), deadline=20)
+    assert "echo x ⏎ y" in shown

@@ -507,3 +507,13 @@ def test_reasons_name_the_problem(world):
     assert "FIFO" in verdict(world, "cat fifo").reason
     assert "cwd" in verdict(world, "ls", "..").reason
     assert "pipe" in verdict(world, "ls | cat").reason
+
+
+def test_a_long_run_of_short_flags_is_judged_without_holding_a_core(world):
+    """Each flag of `ls -llll…` copied the rest of the word (quadratic: 26 s
+    for a call's 1 MiB, in a thread of the host's). Judged as ever."""
+    from tests.conftest import answers
+
+    assert answers(lambda: verdict(world, "ls -" + "l" * 1_000_000), deadline=20).approved
+    said = answers(lambda: verdict(world, "ls -" + "l" * 1_000_000 + "%"), deadline=20)
+    assert not said.approved and "-% is not an option" in said.reason

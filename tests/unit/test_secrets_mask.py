@@ -119,6 +119,18 @@ def test_masking_a_hostile_text_never_holds_the_host(text):
     assert answers(lambda: mask(text), deadline=20) is not None
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["Done: 100% " + "a" * 200_000, "%2D" + "a" * 200_000, ("%" + "a" * 1000) * 200],
+)
+def test_masking_a_known_key_in_a_hostile_text_never_holds_the_host(text):
+    """A known key is looked for URL-encoded in runs of URL characters: from
+    each character of a long run with no escape in it, the run was scanned
+    again (a streamed reply line of 20 KB after a "%": 27 s, every frame)."""
+    literal = "sk-ant-api03-" + "Zx9_Qw-8" * 6
+    assert answers(lambda: mask(text, [literal]), deadline=20) == text
+
+
 KEY = "sk-ant-api03-" + "Zx9_Qw-8" * 12 + "AA"
 
 

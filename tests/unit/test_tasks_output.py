@@ -19,6 +19,8 @@ from sidekick_tools.tasks.output import (
     summary_of,
 )
 
+from tests.conftest import answers
+
 
 @pytest.mark.parametrize(
     "line,expected",
@@ -340,3 +342,20 @@ def test_summarize_tail(tmp_path) -> None:
     tail = summarize_tail(str(p), window=4096)
     assert tail.split("\n")[-1] == "filler 19999" and "filler 0\n" not in tail
     assert summarize_tail(str(tmp_path / "missing")) == ""
+
+
+def test_a_line_of_many_markers_is_looked_at_once(tmp_path) -> None:
+    """Each `[PROGRESS` of a line was looked at against the whole line, back to
+    its start and on to its end: a command printing one line of thousands of
+    them (a file a safe `cat` shows) held the host's loop 10 s for 64 KB, at
+    the task's end. Only a line's first can be its marker; it still is."""
+    p = tmp_path / "log"
+    p.write_bytes(
+        b"x[PROGRESSx[RESULT]" * 60_000 + b"\n" + b"[PROGRESS:40] half [PROGRESS" * 3 + b"\n"
+    )
+    f = LogFollower(str(p))
+    answers(f.poll, deadline=20)
+    assert f.progress is not None and f.progress.percent == 40
+    assert f.progress.text.startswith("half [PROGRESS[PROGRESS:40]")
+    summary = answers(lambda: summarize_file(str(p), max_bytes=8 << 20), deadline=20)
+    assert summary is not None

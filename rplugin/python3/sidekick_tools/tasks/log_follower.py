@@ -206,17 +206,31 @@ class LogFollower:
     def _last_marker(
         self, buf: ByteBuf, lo: int, hi: int, needle: bytes
     ) -> tuple[int, bytes] | None:
+        """The last line that is a marker (`needle` first on it, after blanks):
+        its start and its text. Each line is looked at once: only its first
+        `needle` can stand at its start (one line holding thousands of them,
+        each looked at against the whole line, held the loop 10 s for 64 KB)."""
         end = hi
         while True:
             pos = buf.rfind(needle, lo, end)
             if pos < 0:
                 return None
-            start = self._valid_start(buf, lo, pos)
-            if start is not None:
-                line = _ANSI_B.sub(b"", bytes(buf[start : _line_end(buf, pos, hi)]))
-                if MARKER_BYTES_RE.match(line):
-                    return start, line
-            end = pos
+            start = _line_start(buf, pos, lo)
+            first = buf.find(needle, start, pos + 1)
+            for at in (pos, first) if first != pos else (pos,):
+                found = self._marker_at(buf, lo, hi, at)
+                if found is not None:
+                    return found
+            end = start
+            if end <= lo:
+                return None
+
+    def _marker_at(self, buf: ByteBuf, lo: int, hi: int, pos: int) -> tuple[int, bytes] | None:
+        start = self._valid_start(buf, lo, pos)
+        if start is None:
+            return None
+        line = _ANSI_B.sub(b"", bytes(buf[start : _line_end(buf, pos, hi)]))
+        return (start, line) if MARKER_BYTES_RE.match(line) else None
 
     def _last_prompt(self, buf: ByteBuf, lo: int, hi: int) -> int | None:
         end = hi

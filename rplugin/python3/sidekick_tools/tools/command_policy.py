@@ -182,10 +182,11 @@ def _short_options(
     form: Form, word: str, args: list[str], i: int, cwd: str, root: str, seen: set[str]
 ) -> int:
     for j in range(1, len(word)):
-        option, rest = "-" + word[j], word[j + 1 :]
+        option = "-" + word[j]
         seen.add(option)
         if option in form.flags:
-            continue
+            continue  # (the rest is cut off only for a value: per flag, `ls -llll…` was quadratic)
+        rest = word[j + 1 :]
         if option in form.optional_values:
             if rest:
                 _check_value(form, option, rest, cwd, root)
