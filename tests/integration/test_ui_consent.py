@@ -205,11 +205,8 @@ def test_run_tools_asks_once_for_the_calls_that_need_consent(editor):
     assert len(screen.shown("confirm")) == 2  # one question per command
 
 
-def test_run_tools_can_run_only_the_calls_that_need_no_consent(editor):
-    """The question offered all or nothing: to run the safe `ls` and decide on
-    the `touch` later, a user ran the calls one by one. "Only the others" runs
-    the calls the question says run without asking (and writes the policy's
-    denials), and leaves the ones it asked about pending."""
+def setup_denying_rm(editor) -> None:
+    """setup() with a policy that denies any command running `rm `."""
     editor.lua(
         "require('sidekick_tools').setup({ python = ..., state_dir = select(2, ...),"
         " auto_accept = { policy = function(tool, params)"
@@ -217,6 +214,14 @@ def test_run_tools_can_run_only_the_calls_that_need_no_consent(editor):
         sys.executable,
         str(editor.state_dir),
     )
+
+
+def test_run_tools_can_run_only_the_calls_that_need_no_consent(editor):
+    """The question offered all or nothing: to run the safe `ls` and decide on
+    the `touch` later, a user ran the calls one by one. "Only the others" runs
+    the calls the question says run without asking (and writes the policy's
+    denials), and leaves the ones it asked about pending."""
+    setup_denying_rm(editor)
     screen = Screen(editor)
     # the buttons (a UI is shown them apart from the question) and the default
     editor.lua(
@@ -279,13 +284,7 @@ def test_a_call_that_cannot_run_is_no_reason_to_ask(editor):
 
 
 def test_run_tools_bang_and_calls_the_policy_decides(editor):
-    editor.lua(
-        "require('sidekick_tools').setup({ python = ..., state_dir = select(2, ...),"
-        " auto_accept = { policy = function(tool, params)"
-        " if params.command and params.command:find('rm ') then return 'deny' end end } })",
-        sys.executable,
-        str(editor.state_dir),
-    )
+    setup_denying_rm(editor)
     screen = Screen(editor)
     # approved or denied by the policy: nothing to ask
     editor.open_chat(
