@@ -522,3 +522,28 @@ def test_a_huge_thinking_block_never_holds_the_host_frame_after_frame():
         return len(entry.render())
 
     assert answers(frames, deadline=30) == 3
+
+
+def test_a_key_is_masked_once_per_line_not_once_per_frame(monkeypatch):
+    """With the request's key to mask, every frame masked every line of the
+    entry streaming: a reply of thousands of lines cost its whole text again on
+    each frame. A line already masked in the last frame is not masked again;
+    the key is masked wherever it stands, as ever."""
+    key = "sk-ant-api03-" + "Q" * 40
+    calls = []
+
+    def counting(line, secrets):
+        calls.append(line)
+        return line.replace(key, "***")
+
+    monkeypatch.setattr(reply_render, "mask_literals", counting)
+    renderer = ReplyRenderer(secrets=(key,))
+    frames = 2000
+    for i in range(frames):
+        renderer.feed(TextDelta(f"line {i} {key if i % 500 == 0 else ''}\n"))
+        renderer.take()
+    renderer.finish()
+    renderer.take()
+    assert len(calls) < 3 * frames  # not the 2,000,000 of a whole entry per frame
+    text = "\n".join(renderer.lines)
+    assert key not in text and text.count("***") == 4

@@ -132,6 +132,9 @@ class ReplyRenderer:
         self._starts: list[int] = []  # row where each entry's region (separator first) begins
         self._dirty: int | None = 0  # first entry to redraw
         self._lo = 0  # rows before this are unchanged since the last take
+        # each line masked in the last flush, with its masked form: an entry is
+        # rendered whole each frame, its unchanged lines are not masked again
+        self._masked: dict[str, str] = {}
 
     def feed(self, delta: Delta) -> None:
         index = self.reply.feed(delta)
@@ -170,13 +173,14 @@ class ReplyRenderer:
         del self._starts[k:]
         out = self._lines[:row] if k else [MARKER]
         self._lo = min(self._lo, row)
+        known, self._masked = self._masked, {}
         for entry in entries[k:]:
             self._starts.append(len(out))
             if entry.empty:
                 continue
             rendered = entry.render()
             if self._secrets and entry.kind in _MASKED:
-                rendered = [mask_literals(line, self._secrets) for line in rendered]
+                rendered = [self._mask(line, known) for line in rendered]
             if first_visible:
                 first_visible = False
                 if entry.kind == "text" and not rendered[0].startswith("`"):
@@ -188,6 +192,13 @@ class ReplyRenderer:
             out.extend(rendered)
         self._lines = out
         self._dirty = None
+
+    def _mask(self, line: str, known: dict[str, str]) -> str:
+        masked = known.get(line)
+        if masked is None:
+            masked = mask_literals(line, self._secrets)
+        self._masked[line] = masked
+        return masked
 
     def take(self) -> Edit | None:
         """The edit that brings the buffer from the last taken state to now."""
