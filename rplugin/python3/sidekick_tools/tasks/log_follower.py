@@ -216,8 +216,8 @@ class LogFollower:
             if pos < 0:
                 return None
             start = _line_start(buf, pos, lo)
-            first = buf.find(needle, start, pos + 1)
-            for at in (pos, first) if first != pos else (pos,):
+            first = buf.find(needle, start, pos)  # the line's first, when not this one
+            for at in (pos, first) if first >= 0 else (pos,):
                 found = self._marker_at(buf, lo, hi, at)
                 if found is not None:
                     return found
