@@ -174,6 +174,13 @@ def test_a_known_key_is_masked_whole_in_pieces_and_url_encoded(echoed, around):
     assert masked == around.format(REPLACEMENT), masked
 
 
+def test_a_stray_percent_ends_a_url_encoded_run():
+    """An encoded piece of the key is masked to its run's end; a "%" that is no
+    escape ends the run, so what follows is masked by its own rule."""
+    encoded = LITERAL[:20].replace("-", "%2D")
+    assert mask(f"{encoded}%password=hunter2", [LITERAL]) == "***%password=***"
+
+
 def test_short_pieces_and_other_runs_are_left_alone():
     text = f"prefix {LITERAL[:12]} and {LITERAL[-12:]}: a%2Db%2Dc and nothingwhatsoeverhere"
     assert mask_literals(text, [LITERAL]) == text
@@ -202,7 +209,11 @@ def test_private_key_blocks():
         ("x\r\nAAAAAAAAAAAAAAAA\r\n{end}", "x\r\n***\n{end}"),
         # the first line's key characters only; a short line is no key's
         ("key: AAAAAAAAAAAAAAAA\n{end}", "key: ***\n{end}"),
-        ("short\n{end}", "short\n{end}"),
+        ("a b\n{end}", "a b\n{end}"),
+        # base64's last line is often short; the others are not
+        ("AAAAAAAAAAAAAAAA\nAA==\n{end}", "***\n{end}"),
+        ("AA==\nAA==\n{end}", "AA==\n***\n{end}"),
+        ('"x\\nABCDEFGHIJKLMNO\\n{end}"', '"x\\n***\\n{end}"'),
         ("AAAAAAAAAAAAAAAA {end}", "AAAAAAAAAAAAAAAA {end}"),
         # in JSON text: escaped line breaks, kept as they were
         ('"foo\\nAAAAAAAAAAAAAAAA\\nnBBBBBBBBBBBBBBB\\n{end}"', '"foo\\n***\\n{end}"'),

@@ -56,7 +56,7 @@ _TOKEN_HINT = re.compile("|".join(keep for keep, _ in _TOKEN_PATTERNS))
 # characters of an escaped one in JSON text (so masked JSON stays JSON). The
 # key's kind ("RSA ", "OPENSSH ") is bounded: unbounded, each "BEGIN " of a
 # long run of them scanned the whole run again (quadratic: seconds for 120 KB).
-_KIND = r"[A-Z0-9 ]{0,40}"
+_KIND = r"[A-Z0-9 ]{0,100}"
 _PEM = re.compile(
     rf"(-{{0,5}}BEGIN {_KIND}PRIVATE KEY-----)(\r?\n|(?:\\r)?\\n)?"
     rf"(?:.*?(-----END {_KIND}PRIVATE KEY-----)|.*\Z)",
@@ -70,9 +70,14 @@ _PEM = re.compile(
 # the run from each (an ordinary file of hashes with an END line anywhere held
 # the host 50 s). Reversed, a line is its line break (a newline, or an escaped
 # one), then 16 or more key characters; an "n" right before a backslash is
-# the escaped break's, not the line's.
+# the escaped break's, not the line's. The last line may be short (base64's
+# last line often is: `AA==`); the others are 16 characters or more.
 _PEM_END = re.compile(rf"-----END {_KIND}PRIVATE KEY-----")
-_PEM_BODY_REVERSED = re.compile(r"(?:(?:\n\r?|n\\(?:r\\)?)(?:n(?!\\)|[A-Za-mo-z0-9+/=]){16,})+")
+_BREAK_REVERSED = r"(?:\n\r?|n\\(?:r\\)?)"
+_KEY_CHAR = r"(?:n(?!\\)|[A-Za-mo-z0-9+/=])"
+_PEM_BODY_REVERSED = re.compile(
+    rf"{_BREAK_REVERSED}{_KEY_CHAR}{{4,}}(?:{_BREAK_REVERSED}{_KEY_CHAR}{{16,}})*"
+)
 
 # Names whose value is a secret: a name ending so (DB_PASSWORD, GITHUB_TOKEN,
 # AWS_SECRET_ACCESS_KEY, private_key); `max_tokens` or `token_count` do not.
@@ -201,7 +206,10 @@ def mask_literals(text: str, literals: Iterable[str]) -> str:
 # from the run's start only: from each character of a long run without an
 # escape, the run was scanned again (a reply line of 20 KB after a "%": 27 s
 # of the host's loop, on every frame)
-_ENCODED = re.compile(r"(?<![\w.~%\-])[\w.~%\-]*%[0-9A-Fa-f]{2}[\w.~%\-]*")
+_ELEMENT = r"(?:[\w.~\-]|%[0-9A-Fa-f]{2})"
+_ENCODED = re.compile(
+    rf"(?<![\w.~\-])(?<!%[0-9A-Fa-f]{{2}}){_ELEMENT}*%[0-9A-Fa-f]{{2}}{_ELEMENT}*"
+)
 
 
 def _encoded_sub(match: re.Match[str], literal: str, least: int) -> str:
