@@ -220,6 +220,19 @@ def deep_line_session(client: RawClient, args: dict[str, Any], tmp_path: Path) -
         store.close()
 
 
+def test_a_last_request_without_a_line_break_is_answered(raw, tmp_path):
+    """A client that writes its last request without a line break and closes
+    stdin: the SDK's reader answered it; the bounded reader ended the session
+    at once, and the request being answered went unanswered."""
+    client = raw()
+    client.initialize()
+    assert client.proc.stdin is not None
+    client.proc.stdin.write(b'{"jsonrpc": "2.0", "id": 2, "method": "ping"}')
+    client.proc.stdin.flush()
+    assert client.close() == 0
+    assert client.answer(2, timeout=10)["result"] == {}
+
+
 def peak_rss(pid: int) -> int:
     """The most memory process `pid` has held (VmHWM), in bytes."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -75,6 +75,10 @@ def checked(line: str) -> str | Refused:
     return line
 
 
+def _nothing() -> None:
+    return None
+
+
 class Lines:
     """The lines of descriptor `fd`, for ``stdio_server(stdin=...)``; each
     line refused is put in ``refused`` as it is yielded as ``REFUSED``."""
@@ -108,7 +112,13 @@ class Lines:
             if self._seen > self._limit:
                 return await self._drop()
             if self._eof:
-                return checked(self._take(len(self._buf))) if self._buf else None
+                if self._buf:
+                    return checked(self._take(len(self._buf)))
+                # one more turn before the end, as a read of stdin takes: the
+                # transport's end cuts a request still being answered short
+                # (a last request without a line break was never answered)
+                await anyio.to_thread.run_sync(_nothing)
+                return None
             await self._fill()
 
     def _take(self, size: int) -> str:
