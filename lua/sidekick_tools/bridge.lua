@@ -84,19 +84,14 @@ function M.apply(buf, tick, edits, placed, anchors)
   -- The user typing in this chat: these lines would join their typing's undo
   -- step (one `u` would take back the results with it, and the calls would
   -- read as never run).
-  local typing = undo.typing(buf)
-  if typing then
-    undo.close_step()
-  end
-  local modifiable = vim.bo[buf].modifiable
-  vim.bo[buf].modifiable = true
-  for _, e in ipairs(edits or {}) do
-    vim.api.nvim_buf_set_lines(buf, e[1], e[2], false, e[3])
-  end
-  vim.bo[buf].modifiable = modifiable
-  if typing then
-    undo.close_step()
-  end
+  undo.apart(buf, function()
+    local modifiable = vim.bo[buf].modifiable
+    vim.bo[buf].modifiable = true
+    for _, e in ipairs(edits or {}) do
+      vim.api.nvim_buf_set_lines(buf, e[1], e[2], false, e[3])
+    end
+    vim.bo[buf].modifiable = modifiable
+  end)
   for _, m in ipairs(placed or {}) do
     marks.place(buf, m[1], m[2])
   end

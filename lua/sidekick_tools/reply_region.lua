@@ -41,18 +41,13 @@ local function edit(buf, fn, ...)
   local modifiable = vim.bo[buf].modifiable
   vim.bo[buf].modifiable = true
   local current = vim.api.nvim_get_current_buf() == buf
-  local typing = undo.typing(buf)
-  if typing then
-    undo.close_step() -- the step the typing is in
-  end
-  if current and edited_at[buf] == vim.api.nvim_buf_get_changedtick(buf) then
-    pcall(vim.cmd.undojoin)
-  end
-  local ok = pcall(fn, ...)
+  local ok = undo.apart(buf, function(...)
+    if current and edited_at[buf] == vim.api.nvim_buf_get_changedtick(buf) then
+      pcall(vim.cmd.undojoin)
+    end
+    return pcall(fn, ...)
+  end, ...)
   vim.bo[buf].modifiable = modifiable
-  if typing then
-    undo.close_step() -- the next keys start a step of their own
-  end
   edited_at[buf] = vim.api.nvim_buf_get_changedtick(buf)
   return ok
 end

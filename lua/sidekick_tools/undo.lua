@@ -5,7 +5,7 @@
 local M = {}
 
 --- Whether the user is typing in `buf` now.
-function M.typing(buf)
+local function typing(buf)
   local mode = vim.api.nvim_get_mode().mode:sub(1, 1)
   return (mode == "i" or mode == "R") and buf == vim.api.nvim_get_current_buf()
 end
@@ -13,8 +13,20 @@ end
 --- Close the current buffer's open undo step: setting the global 'undolevels'
 --- to itself does (`vim.o` would also drop a buffer-local value), without the
 --- OptionSet autocommands a user's plugins may run on it.
-function M.close_step()
+local function close_step()
   vim.cmd("noautocmd setglobal undolevels=" .. vim.go.undolevels)
+end
+
+--- Run `fn(...)`, the plugin's edit of `buf`, in undo steps apart from the
+--- user's typing there; its result.
+function M.apart(buf, fn, ...)
+  if not typing(buf) then
+    return fn(...)
+  end
+  close_step() -- the step the typing is in
+  local result = fn(...)
+  close_step() -- the next keys start a step of their own
+  return result
 end
 
 return M
