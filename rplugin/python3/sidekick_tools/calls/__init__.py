@@ -162,7 +162,7 @@ class CallRunner:
         if not token or not own:
             return token or None
         task = self.ctx.tasks.get(token) if is_token(token) else None
-        if task is not None and (task.chat, task.call_id) != (mirror.name, call.call_id):
+        if task is not None and not task.of_call(mirror.name, call.call_id):
             raise UserError(
                 f"sidekick_tools: task {token} is not this call's (another chat or call "
                 f"started it); to halt it all the same: :SidekickHalt {token}"

@@ -193,7 +193,7 @@ class TaskFollower:
             if task is None:
                 unfollowed[call.call_id] = ("failed", f"task {token} not found; not followed")
                 continue
-            if task.chat != mirror.name or task.call_id != call.call_id:
+            if not task.of_call(mirror.name, call.call_id):
                 # short: virtual text is cut at the window's edge, and what to do is last
                 why = f"task {token} is not this call's: :SidekickRunTool runs it anew"
                 unfollowed[call.call_id] = ("failed", why)

@@ -167,7 +167,7 @@ class ResultWriter:
             return
         try:
             task = self.ctx.tasks.get(str(token))
-            if task is not None and (task.chat, task.call_id) == (tracked.chat, tracked.call_id):
+            if task is not None and task.of_call(tracked.chat, tracked.call_id):
                 self.ctx.tasks.mark_delivered(str(token))
         except Exception:
             log.warning("marking task %s delivered failed", token, exc_info=True)

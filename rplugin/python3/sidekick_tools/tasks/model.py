@@ -115,6 +115,12 @@ class Task:
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
+    def of_call(self, chat: str | None, call_id: str | None) -> bool:
+        """Whether this task is that call's, the one call of that chat it was
+        started for: only its own task is followed, halted or marked delivered
+        by a call (a block naming another's is text, DESIGN §12)."""
+        return (self.chat, self.call_id) == (chat, call_id)
+
     @property
     def log_path(self) -> str | None:
         return os.path.join(self.log_dir, "stdout") if self.log_dir else None
