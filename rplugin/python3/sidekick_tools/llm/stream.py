@@ -187,7 +187,8 @@ class ChatClient:
             except ProviderError as error:
                 delay = self._retry_delay(error, attempt, content_seen)
                 if delay is None:
-                    if self._waits_too_long(error, attempt, content_seen):
+                    if self._may_retry(error, attempt, content_seen):
+                        # the one reason left: the wait it asks for is too long
                         error.message += (
                             f"; it asked to wait {error.retry_after:g}s, longer than the "
                             f"{MAX_RETRY_WAIT:g}s the plugin waits: send again later"
@@ -197,18 +198,11 @@ class ChatClient:
                     on_retry(RetryNotice(attempt, self.max_attempts, delay, error.message))
                 await self._sleep(delay)
 
-    def _waits_too_long(self, error: ProviderError, attempt: int, content_seen: bool) -> bool:
-        """Not tried again only because the wait it asks for is too long."""
-        return (
-            error.retryable
-            and not content_seen
-            and attempt < self.max_attempts
-            and error.retry_after is not None
-            and error.retry_after > MAX_RETRY_WAIT
-        )
+    def _may_retry(self, error: ProviderError, attempt: int, content_seen: bool) -> bool:
+        return error.retryable and not content_seen and attempt < self.max_attempts
 
     def _retry_delay(self, error: ProviderError, attempt: int, content_seen: bool) -> float | None:
-        if not error.retryable or content_seen or attempt >= self.max_attempts:
+        if not self._may_retry(error, attempt, content_seen):
             return None
         if error.retry_after is not None:
             return error.retry_after if error.retry_after <= MAX_RETRY_WAIT else None

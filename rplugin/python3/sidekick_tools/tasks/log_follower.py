@@ -222,8 +222,6 @@ class LogFollower:
                 if found is not None:
                     return found
             end = start
-            if end <= lo:
-                return None
 
     def _marker_at(self, buf: ByteBuf, lo: int, hi: int, pos: int) -> tuple[int, bytes] | None:
         start = self._valid_start(buf, lo, pos)
