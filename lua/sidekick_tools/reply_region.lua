@@ -3,7 +3,9 @@
 -- host sends edits relative to the region's first row. A region whose mark a
 -- whole-buffer rewrite swept away is found again by its first row; an edit
 -- that still finds the region not as the host left it (the user edited inside
--- the reply) is dropped, and the region is written whole when the reply ends.
+-- the reply) is dropped. When the reply ends, what the user changed in its
+-- rows is merged with the rest of the reply (reply_merge.lua).
+local merge = require("sidekick_tools.reply_merge")
 local undo = require("sidekick_tools.undo")
 
 local M = {}
@@ -15,6 +17,10 @@ local desynced = {} ---@type table<integer, boolean> reply mark -> edits dropped
 -- (`:%!fmt`, what a formatter does) leaves no extmark where it was; these find
 -- the reply again.
 local known = {} ---@type table<integer, { header: string, rows: integer }>
+-- Each reply's rows as the host left them: every edit that reached the buffer
+-- applied to a copy. The first dropped edit freezes it: the user's changes
+-- are what differs from it when the reply ends.
+local shadow = {} ---@type table<integer, string[]>
 
 --- First and last row of reply `mark`, or nil when it is gone.
 ---@return integer|nil, integer|nil
@@ -173,6 +179,7 @@ function M.open(buf, mark, row)
   edited_at[buf] = vim.api.nvim_buf_get_changedtick(buf)
   place(buf, mark, row, row)
   desynced[mark] = nil
+  shadow[mark] = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)
   note_region(buf, mark)
   follow(buf, row)
 end
@@ -201,6 +208,9 @@ function M.edit(buf, mark, e, expect, rows)
   local ok = first ~= nil
     and edit(buf, vim.api.nvim_buf_set_text, buf, first + e[1], e[2], first + e[3], e[4], e[5])
   if ok then
+    if shadow[mark] then
+      merge.apply(shadow[mark], e)
+    end
     if e[1] == 0 or known[mark] == nil then
       note_region(buf, mark)
     else
@@ -211,10 +221,10 @@ function M.edit(buf, mark, e, expect, rows)
   end
 end
 
--- The region lost its reply (an undo or `:e!` took away the rows the send
--- added): the reply goes at the end of the chat as a send opens it, in place of
--- an empty last USER: message, or after a blank line, with an empty USER: line
--- below; the region is set again over it.
+-- The reply goes at the end of the chat (its region lost its rows, or what
+-- the user wrote in them stays), as a send opens it: in place of an empty last
+-- USER: message, or after a blank line, with an empty USER: line below; the
+-- region is set again over it.
 local function place_at_end(buf, mark, lines)
   local n = vim.api.nvim_buf_line_count(buf)
   local row = n - 1
@@ -268,24 +278,42 @@ local function rewritten(buf, lines)
   end
 end
 
---- The reply ended: its region becomes exactly `lines`. False when the region is gone.
+--- The reply ended: its region becomes `lines`, with what the user changed in
+--- it while it streamed kept. False when the region is gone.
 function M.close(buf, mark, lines)
-  local k = known[mark]
+  local k, base = known[mark], shadow[mark]
   relocate(buf, mark)
   local first, last = M.rows(buf, mark)
   desynced[mark] = nil
   known[mark] = nil
+  shadow[mark] = nil
   if not first then
     return false
   end
   local current = vim.api.nvim_buf_get_lines(buf, first, last + 1, false)
-  -- A region that no longer starts with the reply's ASSISTANT: line lost its
-  -- place: an undo or `:e!` took its rows away, or a rewrite of every line
-  -- left its mark on the first row. What is there is the user's: the reply is
-  -- written where the rewrite put it (only then: after an undo the last
-  -- ASSISTANT: message is an earlier reply), else at the end of the chat.
+  -- A rewrite of every line left the region's mark on the first row alone.
   local swept = #current == 1 and k ~= nil and k.rows > 1 and current[1] ~= k.header
-  if swept or not (current[1] or ""):match("^ASSISTANT:") then
+  -- The user's changes to the rows the reply had written (a word typed, a row
+  -- of their own, its ASSISTANT: line edited) stay; the rest of the reply is
+  -- written around them.
+  local merged = not swept and base and merge.three_way(base, current, lines)
+  if merged then
+    local changes = merge.changes(current, merged)
+    if #changes > 0 then
+      edit(buf, function()
+        for i = #changes, 1, -1 do
+          local c = changes[i]
+          vim.api.nvim_buf_set_lines(buf, first + c.from, first + c.to, false, c.rows)
+        end
+      end)
+      place(buf, mark, first, first + #merged - 1)
+    end
+    lines = merged
+  elseif swept or not (current[1] or ""):match("^ASSISTANT:") then
+    -- The region lost its place: an undo or `:e!` took its rows away, or a
+    -- rewrite of every line swept its mark. What is there is the user's: the
+    -- reply is written where the rewrite put it (only then: after an undo the
+    -- last ASSISTANT: message is an earlier reply), else at the end of the chat.
     local from, to
     if first == 0 then
       from, to = rewritten(buf, lines)
@@ -296,7 +324,12 @@ function M.close(buf, mark, lines)
     else
       place_at_end(buf, mark, lines)
     end
+  elseif base and merge.adds_words(base, current) then
+    -- Words of the user's where the reply went on writing: they stay as they
+    -- are, and the reply is written whole below.
+    place_at_end(buf, mark, lines)
   elseif not vim.deep_equal(current, lines) then
+    -- Only blanks changed, or rows taken away: the reply is written over them.
     edit(buf, vim.api.nvim_buf_set_lines, buf, first, last + 1, false, lines)
   end
   require("sidekick_tools.folds").reply_written(buf, lines)

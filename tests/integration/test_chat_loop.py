@@ -768,6 +768,81 @@ def test_a_formatter_rewriting_the_chat_mid_stream_loses_nothing(editor, fake, k
         assert reply_row == len(before) + 1 and editor.text().count("ASSISTANT:") == 2
 
 
+REPLY_ROWS = [f"Line {i} has several words." for i in range(1, 16)]
+# Lua run while the reply streams: the row (0-based) of the reply's line `row`
+# of REPLY_ROWS, or of its ASSISTANT: line, is `r` when the edit runs
+FIND_ROW = (
+    "local want = {want}\n"
+    "local r\n"
+    "for i, line in ipairs(vim.api.nvim_buf_get_lines(0, 0, -1, false)) do\n"
+    "  if line == want then r = i - 1 end\n"
+    "end\n"
+)
+USER_EDITS = {
+    # text typed at the end of a line the reply has written
+    "appended": (
+        REPLY_ROWS[1],
+        "vim.api.nvim_buf_set_text(0, r, #want, r, #want, {' MY NOTE'})",
+        lambda rows: rows[:3] + [rows[3] + " MY NOTE"] + rows[4:],
+    ),
+    # a line of the user's own between two of the reply's (the region grows)
+    "new row": (
+        REPLY_ROWS[1],
+        "vim.api.nvim_buf_set_lines(0, r + 1, r + 1, false, {'MY ROW'})",
+        lambda rows: rows[:4] + ["MY ROW"] + rows[4:],
+    ),
+    # the reply's ASSISTANT: line broken (its first letter deleted)
+    "header": (
+        "ASSISTANT: " + REPLY_ROWS[0],
+        "vim.api.nvim_buf_set_text(0, r, 0, r, 1, {''})",
+        lambda rows: rows[:2] + [rows[2][1:]] + rows[3:],
+    ),
+}
+
+
+@pytest.mark.parametrize("change", list(USER_EDITS))
+def test_an_edit_inside_a_streaming_reply_is_kept_when_it_ends(editor, fake, change):
+    """What the user changes in rows the reply has already written stays when
+    the reply ends, and the rest of the reply is written around it once: it is
+    neither written over the user's change nor written again below it."""
+    fake.push(reply("\n".join(REPLY_ROWS), chunk=4, tokens_per_second=40))
+    setup(editor, fake, "anthropic")
+    editor.open_chat("USER: go\n")
+    send(editor)
+    editor.wait_text("Line 4 has")
+    want, lua, expected = USER_EDITS[change]
+    edit_mid_stream(editor, FIND_ROW.format(want=json.dumps(want)) + lua)
+    finished = ["USER: go", "", "ASSISTANT: " + REPLY_ROWS[0], *REPLY_ROWS[1:], "", "USER: "]
+    assert editor.lines() == expected(finished)
+
+
+def test_words_typed_where_the_reply_goes_on_stay_and_the_reply_goes_below(editor, fake):
+    """Words typed on the row the reply is still writing cannot stay in it and
+    the reply too: the user's rows stay as they are, the reply is written
+    whole below them."""
+    fake.push(reply("\n".join(REPLY_ROWS), chunk=4, tokens_per_second=40))
+    setup(editor, fake, "anthropic")
+    editor.open_chat("USER: go\n")
+    send(editor)
+    editor.wait_text("Line 4 has")
+    # the reply's last row is the third from the end (a blank, then USER: below)
+    edit_mid_stream(
+        editor,
+        "local r = vim.api.nvim_buf_line_count(0) - 3\n"
+        "local line = vim.api.nvim_buf_get_lines(0, r, r + 1, false)[1]\n"
+        "vim.api.nvim_buf_set_text(0, r, #line, r, #line, {' MINE'})",
+    )
+    lines = editor.lines()
+    whole = ["ASSISTANT: " + REPLY_ROWS[0], *REPLY_ROWS[1:]]
+    below = len(lines) - len(whole) - 2
+    assert lines[below:] == [*whole, "", "USER: "]
+    assert lines[:2] == ["USER: go", ""] and lines[below - 1] == ""
+    mine = lines[2 : below - 1]
+    assert mine[-1].endswith(" MINE")
+    assert whole[len(mine) - 1].startswith(mine[-1].removesuffix(" MINE"))
+    assert mine[:-1] == whole[: len(mine) - 1]
+
+
 def _event(data: dict) -> bytes:
     return sse(data["type"], data)
 

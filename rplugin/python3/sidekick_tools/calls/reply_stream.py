@@ -1,9 +1,9 @@
 """One reply streaming into its chat (DESIGN §10): the provider's deltas are
 rendered into the reply's region, coalesced into at most one buffer edit per
-`FRAME` seconds and sent without waiting; at the end the region is written
-whole once (if the user's edits made it disagree), with a note of the
-plugin's under it for an error, a stop or a cut reply, and the reply's token
-usage goes to Lua as virtual text.
+`FRAME` seconds and sent without waiting; at the end the region is given the
+whole reply (Lua keeps what the user changed in it meanwhile), with a note of
+the plugin's under it for an error, a stop or a cut reply, and the reply's
+token usage goes to Lua as virtual text.
 
 The chat loop (loop.py) decides when a reply is asked for and what follows it;
 this module only streams one in.
@@ -172,8 +172,8 @@ class FrameWriter:
         self._shown = self.renderer.lines
 
     async def final(self, note_lines: list[str]) -> None:
-        """The last edit, the note under the reply (error, stop), and the region
-        written whole once if the user's edits ever made the two disagree."""
+        """The last edit, then the whole reply with the note under it (error,
+        stop): Lua writes what its region lacks, keeping the user's changes."""
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
