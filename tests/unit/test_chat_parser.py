@@ -369,7 +369,9 @@ def test_malformed_json_reports_line_and_column_in_block():
     assert call.error is not None
     assert call.error.startswith("Malformed JSON")
     assert "line 2, column" in call.error
-    assert "buffer line 4" in call.error
+    # no row of the buffer: the block moves as results are written above it
+    # (and the message goes into its result, which stays)
+    assert "buffer line" not in call.error
 
 
 @pytest.mark.parametrize(
@@ -820,7 +822,7 @@ def test_a_body_with_a_string_never_closed_is_read_without_holding_the_host(unit
 
     body = "{" * (MAX_JSON_DEPTH + 1) + '"' + unit * 200_000
     assert answers(lambda: json_depth(body), deadline=20) == MAX_JSON_DEPTH + 1
-    params, problem = answers(lambda: read_params(body, 0), deadline=20)
+    params, problem = answers(lambda: read_params(body), deadline=20)
     assert params is None and "nested too deeply" in problem
     assert json_depth('{"a": "b\\' + "[" * 70) == 1  # a string to the end, one last backslash
 
@@ -838,8 +840,8 @@ def test_json_depth_counts_nesting_not_brackets_in_strings():
 def test_a_malformed_body_says_where_in_the_json_words_of_its_own():
     from sidekick_tools.chat.call_body import read_params
 
-    _, error = read_params('{"path": "cut here', 3)
+    _, error = read_params('{"path": "cut here')
     assert error == (
         "Malformed JSON in tool call body: Unterminated string starting at: line 1, "
-        "column 10 of the block (buffer line 5)"
+        "column 10 of the block"
     )

@@ -51,9 +51,11 @@ _JSON_TYPES = {
 }
 
 
-def read_params(body: str, header_row: int) -> tuple[dict | None, str | None]:
-    """A tool call's body (its header at 0-based ``header_row``) decoded: (its
-    parameters, None), or (None, the problem in words for the chat)."""
+def read_params(body: str) -> tuple[dict | None, str | None]:
+    """A tool call's body decoded: (its parameters, None), or (None, the
+    problem in words for the chat). Where a problem is, is said within the
+    body: the block moves as results are written above it, and the problem
+    is written into its result."""
     size = len(body)
     if size > MAX_BODY_BYTES // 4:  # only then can the UTF-8 size exceed the limit
         size = len(body.encode("utf-8", "surrogatepass"))
@@ -79,10 +81,9 @@ def read_params(body: str, header_row: int) -> tuple[dict | None, str | None]:
         return None, f"Tool call body nested too deeply (the limit is {MAX_JSON_DEPTH} levels)"
     except ValueError as exc:
         if isinstance(exc, json.JSONDecodeError):
-            buffer_line = header_row + 1 + exc.lineno
             return None, (
                 f"Malformed JSON in tool call body: {exc.msg}: line {exc.lineno}, "
-                f"column {exc.colno} of the block (buffer line {buffer_line})"
+                f"column {exc.colno} of the block"
             )
         return None, f"Malformed JSON in tool call body: {exc}"
     if not isinstance(value, dict):

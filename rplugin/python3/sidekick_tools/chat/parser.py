@@ -197,7 +197,7 @@ def _new_call(
                 f"{DUPLICATE_ID} {call_id}: already used at line {seen + 1}; "
                 f"give this call another id, or remove its id= to have one assigned"
             )
-    call.params, body_error = read_params(call.body, start)  # always: it gives params
+    call.params, body_error = read_params(call.body)  # always: it gives params
     call.error = error or body_error
     return call
 
