@@ -188,6 +188,19 @@ async def test_neovim_tasks_are_refused_unless_shared(setup):
     assert "and by Neovim" in tools["list"]
 
 
+async def test_a_secret_on_any_line_of_a_tasks_output_is_masked_in_every_answer(setup):
+    """status, await and halt hold the output as JSON strings, lines joined by
+    escaped breaks: a key on the second line was answered as it is."""
+    manager, tmp_path = setup
+    face = Face(manager, source_with(tmp_path), str(tmp_path))
+    key = "sk-ant-api03-" + "Ab0" * 12
+    started = await face.call("run", {"command": f"echo hi; echo {key}"}, "agent")
+    token = json.loads(started.text.split("\n---")[0])["task"]
+    for tool in ("status", "await", "halt"):
+        answer = await face.call(tool, {"task": token}, "agent")
+        assert "hi" in answer.text and key not in answer.text, (tool, answer.text)
+
+
 async def test_run_and_ask_say_that_waiting_for_the_end_can_outlast_the_client(setup):
     """`async: false` waits for the end however long it takes: past the client's
     time limit for one call the call fails and the agent never learns the

@@ -265,3 +265,25 @@ def test_the_prefix_hint_never_hides_a_token():
             assert secrets_mask._TOKEN_HINT.search(text), text
             assert mask(text) != text
     assert found > 100  # the texts did hold tokens
+
+
+# What a task tool's answer (JSON) holds of a task's output: a key on a line of
+# its own comes after an escaped line break, "\n", whose letter stood where a
+# key may not start (inside a word).
+AFTER_A_BREAK = [
+    *(secret for secret, _ in SECRETS),
+    "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig",
+    "https://app:S3cretPw@db.example/main",
+    "password=hunter2secret",
+]
+
+
+@pytest.mark.parametrize("text", AFTER_A_BREAK)
+@pytest.mark.parametrize("brk", ["\n", "\r\n", "\t"])
+def test_a_secret_after_an_escaped_break_in_json_text_is_masked(text, brk):
+    import json
+
+    value = {"output": f"first line{brk}{text}", "more": [f"x{brk}{text}{brk}end"]}
+    for indent in (None, 2):
+        encoded = json.dumps(value, indent=indent)
+        assert json.loads(mask(encoded)) == mask_value(value)

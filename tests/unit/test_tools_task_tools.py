@@ -653,3 +653,29 @@ def test_a_cancelled_tasks_status_says_who_halted_it_once(error, said):
     task.summary = "Terminated"
     shaped = task_status.shape(None, "abc123", task)
     assert shaped == {"status": "failed", "error": f"{said}: Terminated"}
+
+
+async def test_a_secret_on_any_line_of_a_tasks_output_is_masked_in_every_answer(
+    tmp_path, manager, ctx
+):
+    """The answers hold a task's output as JSON strings, its lines joined by
+    escaped breaks: keys on the second line (or a YAML `password:` line) were
+    shown as they are."""
+    key = "ghp_" + "Ab0" * 12
+    lines = ["first", key, "password: hunter2secret", "Authorization: Bearer eyJ0b2tlbiJ9.e30"]
+    command = "; ".join(f"echo '{line}'" for line in lines)
+    done = await shell_task(manager, command, ctx.cwd)
+    await manager.wait(done.id, 10)
+    token, release = await waiting_task(manager, ctx, tmp_path, before=command)
+    await until(lambda: "Authorization" in log_of(manager, token))
+    bodies = [
+        (await STATUS.run({"task": done.id}, ctx)).body,
+        (await AWAIT.run({"task": done.id, "timeout_seconds": 0}, ctx)).body,
+        (await HALT.run({"task": token}, ctx)).body,
+    ]
+    for body in bodies:
+        text = json.dumps(json.loads(body))  # every string of the answer
+        assert "first" in text and "ghp_***" in text
+        for secret in (key, "hunter2secret", "eyJ0b2tlbiJ9"):
+            assert secret not in text, body
+    release.write_text("")

@@ -35,12 +35,18 @@ _TOKEN_PATTERNS = (
     (r"xox[abposr]-", r"[A-Za-z0-9\-]{8,}"),
 )
 _KEEP_GROUPS = [f"keep{i}" for i in range(len(_TOKEN_PATTERNS))]
+# Where a secret may start: not inside a word, or right after an escaped line
+# break or tab of JSON text (a task tool's answer holds output lines as "\n"):
+# the escape's letter is no word the secret goes on.
+_ESCAPE = r"(?<=\\[nrt])"
+_OUTSIDE_A_WORD = rf"(?:(?<![A-Za-z0-9_\-])|{_ESCAPE})"
 # A token that runs to the end of its line may go on over the next ones, cut
 # by a width (`fold`, base64 wrapping, a narrow log): each following line that
 # is nothing but a run of key characters goes with it.
 _WRAPPED = r"(?P<wrapped>(?:\r?\n[A-Za-z0-9_\-]{8,}(?=\r?\n|\Z))*)"
 _TOKENS = re.compile(
-    r"(?<![A-Za-z0-9_\-])(?:"
+    _OUTSIDE_A_WORD
+    + "(?:"
     + "|".join(f"(?P<{g}>{keep}){tail}" for (keep, tail), g in zip(_TOKEN_PATTERNS, _KEEP_GROUPS))
     + ")"
     + _WRAPPED
@@ -112,13 +118,14 @@ _YAML_FIELD = re.compile(
 
 # Credentials in an Authorization header, and a password in a URL (user:pass@).
 _AUTH_HEADER = re.compile(
-    r"(?i)(\bauthorization\s*[:=]\s*(?:(?:bearer|basic|token|digest)\s+)?)"
+    rf"(?i)((?:\b|{_ESCAPE})authorization\s*[:=]\s*(?:(?:bearer|basic|token|digest)\s+)?)"
     r"([A-Za-z0-9._~+/=\-]{8,})"
 )
 # (the scheme starts where no scheme character stands before it: from inside a
 # long run of them every start would scan the run again)
 _URL_PASSWORD = re.compile(
-    r"(?i)((?<![a-z0-9+.\-])[a-z][a-z0-9+.\-]{0,31}://[^\s/:@\"'<>]+:)([^\s/@\"'<>]+)(?=@)"
+    rf"(?i)((?:(?<![a-z0-9+.\-])|{_ESCAPE})[a-z][a-z0-9+.\-]{{0,31}}://[^\s/:@\"'<>]+:)"
+    r"([^\s/@\"'<>]+)(?=@)"
 )
 
 

@@ -10,6 +10,7 @@ import os
 import time
 from typing import Any
 
+from ..secrets_mask import mask_value
 from ..tasks.model import TERMINAL as TERMINAL  # the task tools' `_tasks.TERMINAL`
 from ..tasks.model import is_token
 from ..tasks.output import summary_of, tail_bytes
@@ -29,8 +30,11 @@ def status_of(task: Any) -> str:
 
 
 def answer(payload: dict[str, Any]) -> str:
-    """A JSON object, pretty-printed: the body of every task tool's answer."""
-    return json.dumps(payload, indent=2, ensure_ascii=False)
+    """A JSON object, pretty-printed: the body of every task tool's answer.
+    Its strings are masked before they are encoded: a task's output lines are
+    joined there by escaped breaks, and a secret form that holds to its line
+    (a YAML `password:`) is not found in the encoded text."""
+    return json.dumps(mask_value(payload), indent=2, ensure_ascii=False)
 
 
 def normalize_token(raw: Any) -> str:
