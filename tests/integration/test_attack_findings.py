@@ -485,3 +485,27 @@ def test_f16_a_front_matter_line_of_blanks_does_not_hold_the_editor(editor):
     editor.open_chat("---\n" + " " * 100_000 + "\nmodel:  a/b  \n---\nUSER: hi\n")
     read = "return require('sidekick_tools.front_matter').read(0).values"
     assert answers(lambda: editor.lua(read), deadline=20) == {"model": "a/b"}
+
+
+# ------------------------------------------------- a user's day: finding 17
+def test_f17_sending_past_thousands_of_pending_calls_does_not_hold_the_editor(editor):
+    """:SidekickSend denies the last reply's pending calls first (a reply of
+    thousands, from a model past its budget, waits for consent): each denial
+    written made the next call's preparation read the reply's message again,
+    on the host's loop, while the editor waited for the send's answer (2,000
+    calls: 50 s; 5,000: nearly 7 minutes)."""
+    n = 2_000
+    calls = "".join(
+        call(f"c{i}", "run_terminal_command", {"command": f"make x{i}"}) for i in range(n)
+    )
+    with ThreadedFakeProvider(api_key="k") as fake:
+        fake.push(reply("ok then"))
+        use_fake(editor, fake, "k")
+        editor.open_chat(HEAD + calls + "USER: no, thanks\n")
+        editor.lua("require('sidekick_tools').list_tasks()")  # starts the host
+        host = editor.host_pid()
+        answers(lambda: send(editor), deadline=40, unblock=lambda: os.kill(host, signal.SIGKILL))
+        editor.wait_text("ok then", timeout=60)
+    text = editor.text()
+    assert text.count("status=denied reason=user") == n
+    assert "no, thanks" in json.dumps(fake.requests[0].json)

@@ -12,6 +12,7 @@ Lua then draws them again where they belong).
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -39,7 +40,7 @@ class DiagnosticScan:
         # Rows of the call headers with a state each buffer's last scan found: an
         # edit over one of them (a formatter rewriting the buffer) may have moved
         # its extmarks, so the next scan sends the rows to set the marks again.
-        self._call_rows: dict[int, set[int]] = {}
+        self._call_rows: dict[int, list[int]] = {}  # sorted
         self._touched: set[int] = set()
         # ids of the calls of each buffer that ran in this session and were let
         # go because an undo took their result away: a redo brings their ✓ back
@@ -62,8 +63,10 @@ class DiagnosticScan:
     def changed(self, buf: int, first: int, last: int) -> None:
         """Text changed in rows [first, last) (old numbering; last -1: to the end)."""
         rows = self._call_rows.get(buf)
-        if rows and any(first <= r and (last < 0 or r < last) for r in rows):
-            self._touched.add(buf)
+        if rows and buf not in self._touched:  # a change event per edit: one look each
+            i = bisect_left(rows, first)
+            if i < len(rows) and (last < 0 or rows[i] < last):
+                self._touched.add(buf)
         if first == 0 and last < 0:  # the whole text came anew (`:e!`)
             for tracked in self.registry.in_buffer(buf).values():
                 tracked.reloaded = True
@@ -127,7 +130,7 @@ class DiagnosticScan:
         )
         if self.streaming(buf):
             items = _unfinished_dropped(chat, items)
-        self._call_rows[buf] = {row for _, row in anchors} | {item["row"] for item in items}
+        self._call_rows[buf] = sorted({row for _, row in anchors} | {item["row"] for item in items})
         touched = buf in self._touched
         self._touched.discard(buf)
         if not touched and (items, anchors) == self._sent.get(buf):

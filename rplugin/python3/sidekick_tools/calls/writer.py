@@ -249,10 +249,11 @@ class ResultWriter:
         plan = _Batch()
         ranked: list[tuple[int, int, list[str], int, int]] = []  # start, end, lines, rank, seq
         resolving: list[ToolCall] = []
+        written_marks: set[int] = set()
         for item in results:
             tracked = item.tracked
             assert tracked is not None
-            if any(w.tracked.mark == tracked.mark for w in plan.written):  # type: ignore[union-attr]
+            if tracked.mark in written_marks:
                 plan.later.append(item)  # a second block for the same call: next batch
                 continue
             row = rows.get(tracked.mark, -1)
@@ -268,6 +269,7 @@ class ResultWriter:
                 ranked.append((call.start_row, call.start_row + 1, [header], 2, item.seq))
             ranked.append((*result_span(call), item.lines, 2, item.seq))
             plan.written.append(item)
+            written_marks.add(tracked.mark)
             resolving.append(call)
         tail = user_line_edit(chat, resolving, mirror.lines)
         if tail is not None:
