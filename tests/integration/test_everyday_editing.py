@@ -127,6 +127,24 @@ def test_background_result_lands_after(editor, between):
     editor.wait_text("```result id=next status=completed exit=0")
 
 
+def test_a_reload_after_a_result_was_written_writes_it_again(editor):
+    """`:e!` after a background task's result was written, unsaved: the file's
+    running block is back, and nothing can redo the result. It is written again,
+    as when the chat is opened (an undo of it stands: that one has a redo)."""
+    editor.setup(tasks={"hybrid_threshold": 0.3})
+    marker = editor.workdir / "release"
+    editor.open_chat(HEAD + call("bg", wait_cmd(marker, "echo '[RESULT] all good'")))
+    token = background(editor, "bg", marker)
+    editor.nvim.command("write")
+    marker.write_text("")
+    editor.wait_text(f"USER: [sidekick task {token} completed]")
+    editor.nvim.command("edit!")
+    out = editor.wait_text("```result id=bg status=completed exit=0")
+    assert sum(1 for line in out.split("\n") if line.startswith("```result id=bg")) == 1
+    assert f"status=running task={token}" not in editor.text()
+    editor.wait_diag(row_of(editor, "```tool run_terminal_command id=bg"), "✓")
+
+
 def test_notices_land_in_the_order_their_tasks_ended(editor):
     editor.setup(tasks={"hybrid_threshold": 0.2})
     m1, m2 = editor.workdir / "m1", editor.workdir / "m2"

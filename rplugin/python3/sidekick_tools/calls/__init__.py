@@ -139,11 +139,13 @@ class CallRunner:
         rename_chat(self.ctx.tasks, old, name, tokens)
         self.scan.schedule(buf, delay=0)
 
-    def _reattach_soon(self, buf: int) -> None:
-        """A running block came back into a chat (an undo of its final result, a
-        paste): follow it as when the chat is opened, but leave an ended task's
-        result unwritten (writing it would undo the undo)."""
-        fut = asyncio.ensure_future(self.chat_opened(buf, write_ended=False))
+    def _reattach_soon(self, buf: int, reloaded: bool = False) -> None:
+        """A running block came back into a chat: follow it as when the chat is
+        opened. After an undo of its final result (or a paste), an ended task's
+        result is left unwritten: writing it would undo the undo, which a redo
+        takes back. After a reload (`:e!` of a chat whose result was not saved),
+        nothing can redo it: it is written, as when the chat is opened."""
+        fut = asyncio.ensure_future(self.chat_opened(buf, write_ended=reloaded))
         fut.add_done_callback(log_failure)
 
     def token_at(self, buf: int, row: int, own: bool = False) -> str | None:

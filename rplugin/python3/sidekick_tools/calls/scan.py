@@ -49,8 +49,10 @@ class DiagnosticScan:
         # follow, with why (a forged or copied block): shown as such
         self.unfollowed: dict[int, dict[str, tuple[str, str]]] = {}
         # called with a buffer whose text holds a running block nobody looked at
-        # yet (an undo brought it back): the calls follow it, as on opening
-        self.on_running_block: Callable[[int], None] | None = None
+        # yet (an undo or a reload brought it back), and whether the buffer was
+        # read anew since its last scan: the calls follow it, as on opening
+        self.on_running_block: Callable[[int, bool], None] | None = None
+        self._reloaded: set[int] = set()  # buffers read anew since their last scan
         # called with each buffer scanned (its text settled after a change)
         self.on_scanned: Callable[[int], None] | None = None
         # called with a followed call whose block lost its id (`:e!` of a chat
@@ -68,6 +70,7 @@ class DiagnosticScan:
             if i < len(rows) and (last < 0 or rows[i] < last):
                 self._touched.add(buf)
         if first == 0 and last < 0:  # the whole text came anew (`:e!`)
+            self._reloaded.add(buf)
             for tracked in self.registry.in_buffer(buf).values():
                 tracked.reloaded = True
         self.schedule(buf)
@@ -80,6 +83,8 @@ class DiagnosticScan:
 
     def scan(self, buf: int) -> None:
         self._timers.pop(buf, None)
+        reloaded = buf in self._reloaded
+        self._reloaded.discard(buf)
         mirror = self.port.mirrors.get(buf)
         if mirror is None:
             return
@@ -124,7 +129,7 @@ class DiagnosticScan:
             c.call_id not in followed and c.call_id not in known and names_task(c)
             for c in chat.calls
         ):
-            self.on_running_block(buf)
+            self.on_running_block(buf, reloaded)
         items = scan_items(
             chat, set(followed), call_problem, self.unfollowed.get(buf), self._ran.get(buf)
         )
