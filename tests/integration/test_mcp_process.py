@@ -204,6 +204,13 @@ def deep_line_session(client: RawClient, args: dict[str, Any], tmp_path: Path) -
         f'"arguments": {{"task": "abcdef", "x": {deep}}}}}}}',
     )
     assert client.answer(3)["error"]["code"] == -32600
+    # past 64 levels, within what the SDK's own parser reads (about 250)
+    within = '{"a": ' * 100 + "1" + "}" * 100
+    client.write_line(
+        '{"jsonrpc": "2.0", "id": 33, "method": "tools/call", "params": {"name": "status", '
+        f'"arguments": {{"task": "abcdef", "x": {within}}}}}}}',
+    )
+    assert client.answer(33)["error"]["code"] == -32600
     client.write_line('[{"jsonrpc": "2.0", "id": 4, "method": "ping"}]')
     assert client.answer(None)["error"]["code"] == -32600
     client.send({"id": True, "method": "ping", "params": 5})
@@ -262,7 +269,7 @@ def test_a_line_past_the_size_bound_is_answered_without_being_held(raw, tmp_path
     assert client.close() == 0
 
 
-@pytest.mark.parametrize("rid", ["null", "1.5", "2e3"])
+@pytest.mark.parametrize("rid", ["null", "1.5", "2e3", "true", '{"x": 1}'])
 def test_a_request_with_an_id_mcp_does_not_allow_is_answered(raw, tmp_path, rid):
     """The SDK took a request whose id is null or not an integer for a
     notification: nobody answered, and the client waited until its own time

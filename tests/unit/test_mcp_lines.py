@@ -7,7 +7,7 @@ import os
 import threading
 
 import pytest
-from sidekick_tools.mcp.lines import REFUSED, Lines, checked, claimed_stdin, top_id
+from sidekick_tools.mcp.lines import REFUSED, Lines, Refused, checked, claimed_stdin, top_id
 
 
 async def read_all(data: bytes, limit: int) -> tuple[list[str], list]:
@@ -60,10 +60,27 @@ async def test_a_line_of_exactly_the_bound_is_read():
         ('{"method": "notifications/initialized"}', False),
         ('{"jsonrpc": "2.0", "id": null, "error": {"code": -32700}}', False),  # a response
         ('{"method": "x", "params": {"id": null}}', False),  # not the request's own id
+        ('{"jsonrpc": "2.0", "id": true, "method": "ping"}', True),
+        ('{"id": false, "method": "ping"}', True),
+        ('{"jsonrpc": "2.0", "id": {"x": 1}, "method": "tools/list"}', True),
+        ('{"id": [1], "method": "ping"}', True),
+        ('{"id": {"x": 1}, "result": {}}', False),  # a response
+        ('{"id": null, "params": {"a": 1}, "method": "late"}', True),  # its method after
+        ('{"id": {"x": 1}, "method": ', False),  # no JSON: the SDK says so
     ],
 )
 def test_only_a_request_whose_own_id_is_no_string_or_integer_is_refused(line, refused):
     assert (checked(line) != line) is refused
+
+
+def test_a_line_nested_past_the_bound_is_refused_with_its_id():
+    """The SDK's parser reads about 250 levels: a request nested 100 deep went
+    on to the tool, though the help says past 64 is refused."""
+    deep = '{"a": ' * 100 + "1" + "}" * 100
+    refused = checked('{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": ' + deep + "}")
+    assert isinstance(refused, Refused) and refused.code == -32600 and refused.rid == 3
+    within = '{"id": 4, "method": "m", "params": ' + "[" * 60 + "]" * 60 + "}"
+    assert checked(within) == within
 
 
 def test_the_id_of_a_line_is_read_from_its_head_only():

@@ -6,8 +6,10 @@ until its own time limit):
 
 - a line longer than ``MAX_LINE`` bytes: read to its end in pieces and
   dropped, never held whole;
-- a request whose id is neither a string nor an integer (``null``, ``1.5``:
-  the MCP specification allows only those two).
+- a line nested past ``MAX_JSON_DEPTH`` levels (the SDK's own parser reads
+  up to about 250, and a reader of so deep a value could break);
+- a request whose id is neither a string nor an integer (``null``, ``1.5``,
+  ``true``, an object: the MCP specification allows only those two).
 
 Each is answered "invalid request" (with its id when the line's head shows
 one). In the SDK's stream it stands as ``REFUSED``, a line that is no JSON,
@@ -26,6 +28,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+
+from ..chat.call_body import MAX_JSON_DEPTH, json_depth
 
 INVALID_REQUEST = -32600
 # bytes in one message: far past any call's (one argument of a command or an
@@ -52,8 +56,13 @@ def head(line: str) -> str:
 
 
 _TOP_ID = re.compile(r'"id"\s*:\s*(-?\d{1,18}(?![\d.eE])|"(?:[^"\\]|\\.){0,256}")')
-# an id that is neither a string nor an integer
-_BAD_ID = re.compile(r'"id"\s*:\s*(?:null\b|-?\d+(?=[.eE]))')
+# an id that is neither a string nor an integer, or one that is an object or
+# an array (where `head` ends)
+_BAD_ID = re.compile(r'"id"\s*:\s*(?:(?:null|true|false)\b|-?\d+(?=[.eE])|$)')
+
+
+def _allowed_id(rid: Any) -> bool:
+    return isinstance(rid, str) or isinstance(rid, int) and not isinstance(rid, bool)
 
 
 def top_id(line: str) -> Any:
@@ -68,9 +77,20 @@ def top_id(line: str) -> Any:
 
 
 def checked(line: str) -> str | Refused:
-    """`line`, or its refusal when it is a request with an id MCP does not allow."""
-    start = head(line)
-    if '"method"' in start and _BAD_ID.search(start):
+    """`line`, or its refusal: nested past MAX_JSON_DEPTH levels, or a request
+    with an id MCP does not allow. Only a line whose head shows such an id is
+    read whole here (the SDK reads every line anyway)."""
+    if json_depth(line) > MAX_JSON_DEPTH:
+        why = f"Invalid request: nested deeper than {MAX_JSON_DEPTH} levels"
+        return Refused(INVALID_REQUEST, why, top_id(line))
+    if not _BAD_ID.search(head(line)):
+        return line
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return line  # the SDK says what is wrong with it
+    request = isinstance(message, dict) and "method" in message and "id" in message
+    if request and not _allowed_id(message["id"]):
         return Refused(INVALID_REQUEST, "Invalid request: an id must be a string or an integer")
     return line
 

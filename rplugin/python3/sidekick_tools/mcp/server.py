@@ -36,12 +36,11 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from .. import __version__
-from ..chat.call_body import MAX_JSON_DEPTH, json_depth
 from ..statedir import log_to_file, open_state_dir
 from ..tasks.identity import owner_token
 from ..tasks.start import start_manager
 from .face import SPECS, Face, UnknownTool
-from .lines import REFUSED, Lines, Refused, claimed_stdin, top_id
+from .lines import REFUSED, Lines, Refused, claimed_stdin
 from .settings import ConfigSource, Options
 
 log = logging.getLogger(__name__)
@@ -120,9 +119,8 @@ def _without_surrogates(value: Any) -> Any:
 def _sent(exc: Exception, refused: deque[Refused]) -> Any:
     """What the client sent, from the SDK's error about it: the message as
     Python's json reads it; `_NOTHING` when the error does not hold it. `Refused`
-    for a line that is no JSON, or nested past MAX_JSON_DEPTH (read no further:
-    its depth must not break the server); `refused`'s next for a line the
-    reader refused."""
+    for a line that is no JSON; `refused`'s next for a line the reader refused
+    (one nested past MAX_JSON_DEPTH among them: read no further here)."""
     errors = getattr(exc, "errors", None)
     try:
         found = errors() if callable(errors) else []
@@ -134,9 +132,6 @@ def _sent(exc: Exception, refused: deque[Refused]) -> Any:
             line = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
             if line == REFUSED and refused:
                 raise refused.popleft()
-            if json_depth(line) > MAX_JSON_DEPTH:
-                why = f"Invalid request: nested deeper than {MAX_JSON_DEPTH} levels"
-                raise Refused(types.INVALID_REQUEST, why, top_id(line))
             try:
                 return json.loads(line)
             except (ValueError, RecursionError):  # its id cannot be told: null
