@@ -919,3 +919,21 @@ def test_without_proc_the_start_token_comes_from_the_systems_ps(tmp_path, monkey
     token = identity.start_token(os.getpid())
     assert not marker.exists()
     assert token is not None and token.startswith("lstart:") and "2001" not in token
+
+
+async def test_the_line_count_reaches_the_store_while_a_task_runs(
+    tasks_manager, tasks_state, tmp_path
+):
+    """Another process (an MCP server, another Neovim) reads a running task's
+    `log_lines` from the store: it was saved only when a [PROGRESS] marker
+    changed, so a task without one read 0 lines there until it ended."""
+    cmd = "seq 1 7; while [ ! -f go ]; do sleep 0.02; done"
+    t = await tasks_manager.submit(spec(cmd, cwd=str(tmp_path)))
+    stored = SqliteStore(os.path.join(tasks_state, "tasks.db"))  # as another process reads it
+    try:
+        await until(lambda: stored.get(t.id).lines == 7)
+    finally:
+        (tmp_path / "go").write_text("")
+        stored.close()
+    done = await tasks_manager.wait(t.id, 10)
+    assert done.lines == 7

@@ -1,5 +1,5 @@
-"""While tasks run: read their new output once per tick and report a changed
-`[PROGRESS]` marker ("progress" event, saved progress and line count).
+"""While tasks run: read their new output once per tick, save a changed line
+count, and report a changed `[PROGRESS]` marker ("progress" event, saved).
 
 A task's log is first read one tick after it started, so a task shorter than
 that costs no reading while it runs (reading competes with the task for the
@@ -77,17 +77,19 @@ class ProgressPoll:
                 None, _poll_followers, [s.follower for s in sups], tuning.poll_max_bytes
             )
             for sup, did in zip(sups, changed):
-                progress = sup.follower.progress
-                if not did or progress is None or sup.finishing:
+                if sup.finishing or self._watched.get(sup.token) is not sup:
                     continue
-                if self._watched.get(sup.token) is not sup:
+                task, progress, lines = sup.task, sup.follower.progress, sup.follower.lines
+                moved = did and progress is not None
+                if not moved and lines == task.lines:
                     continue
-                task = sup.task
-                task.progress, task.progress_text = progress.percent, progress.text
-                task.lines = sup.follower.lines
-                self.engine.save(
-                    task,
-                    ("progress", "progress_text", "lines"),
-                    expect={"status": TaskStatus.RUNNING.value},
-                )
-                self.engine.emit("progress", task)
+                # the line count too: other processes (an MCP server, another
+                # Neovim) read a running task's `log_lines` from the store
+                fields: tuple[str, ...] = ("lines",)
+                task.lines = lines
+                if moved:
+                    task.progress, task.progress_text = progress.percent, progress.text
+                    fields += ("progress", "progress_text")
+                self.engine.save(task, fields, expect={"status": TaskStatus.RUNNING.value})
+                if moved:
+                    self.engine.emit("progress", task)
