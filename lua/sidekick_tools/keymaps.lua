@@ -5,6 +5,10 @@ local config = require("sidekick_tools.config")
 
 local M = {}
 
+-- What every key's description starts with (which-key shows it): the plugin's
+-- own name, as its messages say it; "sidekick" alone is another plugin's.
+local PREFIX = "sidekick_tools: "
+
 --- Keys of a keymap option: a string, a list of strings, or false/"" for none.
 ---@return string[]
 function M.keys(value)
@@ -54,7 +58,7 @@ function M.set_window_keys(buf, group, actions)
         buffer = buf,
         nowait = true,
         silent = true,
-        desc = "sidekick: " .. M.describe(group, name),
+        desc = PREFIX .. M.describe(group, name),
       })
     end
   end
@@ -125,7 +129,7 @@ end
 local function ours(buf, lhs, rhs)
   for _, m in ipairs(vim.api.nvim_buf_get_keymap(buf, "n")) do
     if m.lhs == lhs then
-      return m.rhs == rhs and (m.desc or ""):sub(1, 10) == "sidekick: "
+      return m.rhs == rhs and vim.startswith(m.desc or "", PREFIX)
     end
   end
   return false
@@ -148,12 +152,7 @@ function M.apply_chat(buf)
     local lhs = cmd.key and maps[cmd.key]
     if type(lhs) == "string" and lhs ~= "" then
       local rhs = "<Cmd>" .. cmd.name .. "<CR>"
-      vim.keymap.set(
-        "n",
-        lhs,
-        rhs,
-        { buffer = buf, desc = "sidekick: " .. cmd.desc, silent = true }
-      )
+      vim.keymap.set("n", lhs, rhs, { buffer = buf, desc = PREFIX .. cmd.desc, silent = true })
       -- by the key as Neovim holds it (<leader> expanded): a leader changed
       -- since does not make it another key
       local held = vim.api.nvim_buf_call(buf, function()

@@ -115,6 +115,7 @@ def test_send_and_stop_keys_are_buffer_local_and_configurable(editor, fake):
     for lhs, command in (("<F6>", "SidekickSend"), ("<F7>", "SidekickStop")):
         m = editor.lua("return vim.fn.maparg(..., 'n', false, true)", lhs)
         assert m["buffer"] == 1 and command in m["rhs"]
+        assert m["desc"].startswith("sidekick_tools: ")  # "sidekick" is another plugin
     feed(editor, "<F6>")
     editor.wait_text("ASSISTANT: Answer by key.")
     wait_replies(editor, 1)
