@@ -256,6 +256,19 @@ async def test_unknown_agent_lists_the_configured_ones(tmp_path, manager):
     assert manager.list() == []
 
 
+def test_a_call_that_can_only_fail_says_so_before_it_is_run():
+    """The consent question lists a call its setup cannot run apart ("Cannot
+    run"): an agent not configured, and a message its cmd would take for an
+    option (it counted among the calls that run without asking, then failed)."""
+    config = make_config({"auto": agent("plain", auto_accept=True)})
+    option = {"agent": "auto", "message": "--dangerously-skip-permissions do it"}
+    assert 'the message starts with "-"' in tools.setup_problem("use_agent", option, config)
+    unknown = tools.setup_problem("use_agent", {"agent": "gone", "message": "m"}, config)
+    assert 'Unknown agent "gone"' in unknown
+    fine = {"agent": "auto", "message": "do it -- carefully"}
+    assert tools.setup_problem("use_agent", fine, config) is None
+
+
 async def test_unknown_agent_without_any_configured_says_how(tmp_path, manager):
     ctx = ctx_with(tmp_path, manager)
     res = await TOOL.run({"agent": "claude", "message": "m"}, ctx)

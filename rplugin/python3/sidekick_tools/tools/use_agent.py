@@ -56,10 +56,21 @@ class UseAgent:
     )
 
     def setup_problem(self, params: dict[str, Any], config: Any) -> str | None:
-        """An agent the setup does not configure: the call can only fail."""
+        """An agent the setup does not configure, or a message its cmd cannot
+        take (one starting with "-" where it would be read as an option): the
+        call can only fail."""
         name = params.get("agent")
-        if isinstance(name, str) and name not in config.agents:
+        if not isinstance(name, str):
+            return None
+        agent = config.agents.get(name)
+        if agent is None:
             return unknown_agent(name, sorted(config.agents))
+        message = params.get("message")
+        if isinstance(message, str) and agent.cmd:
+            try:
+                build_command(list(agent.cmd), message)
+            except ValueError as e:
+                return f'agent "{name}": {e}'
         return None
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
