@@ -86,36 +86,56 @@ class CallMarks:
 
     async def prepare(self, buf: int, call: ToolCall) -> Tracked | None:
         """Give the call an id (if hand-written without one) and an extmark; follow it."""
-        row = call.start_row
+        return (await self.prepare_all(buf, [call]))[0]
+
+    async def prepare_all(self, buf: int, calls: list[ToolCall]) -> list[Tracked | None]:
+        """`prepare` for each of `calls`, in one edit of the buffer: a reply of
+        thousands of calls costs one request to Neovim, not one each. None for
+        a call whose block is gone (or cannot be told apart), or taken."""
+        rows = [call.start_row for call in calls]
         for _ in range(RETRIES):
             mirror = await self.mirror(buf)
             chat = mirror.chat()
-            current = chat.call_at(row)
-            if current is None or current.start_row != row or not same_call(current, call):
-                # The text moved meanwhile (a result written above it): another
-                # block may sit on this row now, a duplicate of its id even.
-                current = find_again(chat, call)
-                if current is None:
-                    return None
-                row = current.start_row
+            taken: set[str] | None = None
             edits: list[tuple[int, int, list[str]]] = []
-            call_id = current.call_id
-            if not call_id:
-                call_id = new_call_id({c.call_id for c in chat.calls if c.call_id})
-                edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
-            mark = self.ctx.registry.mark_for(buf, call_id)
-            if await self.ctx.port.apply(buf, mirror.tick, edits, [(mark, row)]):
-                taken = self.ctx.registry.get(buf, call_id)
-                if taken is not None and taken.busy:
-                    return None  # another command, the chain or the loop took it meanwhile
-                tracked = self.ctx.registry.follow(
-                    buf, call_id, current.tool, mirror.name, mark, current.body
-                )
-                tracked.row = row
-                tracked.claimed = True  # before anything else can look: no await since
-                return tracked
+            marks: list[tuple[int, int]] = []
+            found: list[tuple[ToolCall, str, int, int] | None] = []
+            for i, call in enumerate(calls):
+                current = chat.call_at(rows[i])
+                if current is None or current.start_row != rows[i] or not same_call(current, call):
+                    # The text moved meanwhile (a result written above it): another
+                    # block may sit on this row now, a duplicate of its id even.
+                    current = find_again(chat, call)
+                    if current is None:
+                        found.append(None)
+                        continue
+                    rows[i] = current.start_row
+                row, call_id = rows[i], current.call_id
+                if not call_id:
+                    if taken is None:
+                        taken = {c.call_id for c in chat.calls if c.call_id}
+                    call_id = new_call_id(taken)
+                    taken.add(call_id)
+                    edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
+                mark = self.ctx.registry.mark_for(buf, call_id)
+                marks.append((mark, row))
+                found.append((current, call_id, mark, row))
+            if not marks:
+                return [None] * len(calls)
+            if await self.ctx.port.apply(buf, mirror.tick, edits, marks):
+                return [self._follow(buf, mirror.name, f) if f else None for f in found]
             await asyncio.sleep(0.005)
-        return None
+        return [None] * len(calls)
+
+    def _follow(self, buf: int, name: str, found: tuple[ToolCall, str, int, int]) -> Any:
+        current, call_id, mark, row = found
+        taken = self.ctx.registry.get(buf, call_id)
+        if taken is not None and taken.busy:
+            return None  # another command, the chain or the loop took it meanwhile
+        tracked = self.ctx.registry.follow(buf, call_id, current.tool, name, mark, current.body)
+        tracked.row = row
+        tracked.claimed = True  # before anything else can look: no await since
+        return tracked
 
     async def give_ids(self, buf: int) -> None:
         """Every pending call of the last assistant message gets an id."""

@@ -30,25 +30,22 @@ async def deny_pending(chain: CallChain, buf: int) -> None:
     user replied or sent with nothing typed (the model reads which); one
     whose task ran unseen (its result never reached the chat) gets that
     task's result; those whose result is on its way are left to it."""
-    # every call is prepared before the first answer is written: an answer
-    # changes the reply's message, which the next call's prepare would read
-    # again (a reply of thousands of calls held the editor for minutes)
-    await chain.marks.give_ids(buf)
     mirror = await chain.marks.mirror(buf)
     calls = mirror.chat().unanswered()
     if user_typing(mirror.chat(), mirror.lines):
         why = "Not run: the user replied instead."
     else:
         why = "Not run: the user went on without running it."
-    prepared = []
-    for call in calls:
-        if chain.marks.coming(buf, call):
-            continue  # it runs, is queued to, or was denied a moment ago: its result comes
-        tracked = await chain.marks.prepare(buf, call)
-        if tracked is not None:
-            prepared.append((tracked, call))
+    # its result comes: it runs, is queued to, or was denied a moment ago
+    calls = [call for call in calls if not chain.marks.coming(buf, call)]
+    # all prepared in one edit, before the first answer is written: prepared
+    # one by one, each answer written changed the reply's message, which the
+    # next call read again (a reply of thousands held the editor for minutes)
+    prepared = await chain.marks.prepare_all(buf, calls)
     waits = []
-    for tracked, call in prepared:
+    for tracked, call in zip(prepared, calls):
+        if tracked is None:
+            continue
         earlier = chain.executor.earlier_result(tracked, mirror.name, call)
         if earlier is not None:  # it ran before (its result was never written): not denied
             waits.append(chain.deliver(tracked, earlier))
