@@ -78,9 +78,24 @@ local function words(rows)
   return vim.trim((table.concat(rows, " "):gsub("%s+", " ")))
 end
 
---- Whether the user's changes in `ours` to `base` bring words of their own:
---- not only blanks changed, rows taken away or words deleted (what writing
---- the reply over them would lose).
+-- Whether `text` is `from` with characters taken away (blanks aside): an
+-- undo of the reply's last step, `x` in a word, a word deleted.
+local function only_taken_away(from, text)
+  local had, left = from:gsub("%s+", ""), text:gsub("%s+", "")
+  local at = 1
+  for i = 1, #left do
+    at = had:find(left:sub(i, i), at, true)
+    if not at then
+      return false
+    end
+    at = at + 1
+  end
+  return true
+end
+
+--- Whether the user's changes in `ours` to `base` bring text of their own:
+--- not only blanks changed, rows or characters taken away (what writing the
+--- reply over them would lose).
 ---@return boolean
 function M.adds_words(base, ours)
   local found = hunks(base, ours)
@@ -88,18 +103,9 @@ function M.adds_words(base, ours)
     return true
   end
   for _, h in ipairs(found) do
-    local had = {}
-    for _, line in ipairs(vim.list_slice(base, h.from + 1, h.to)) do
-      for word in line:gmatch("%S+") do
-        had[word] = true
-      end
-    end
-    for _, line in ipairs(h.rows) do
-      for word in line:gmatch("%S+") do
-        if not had[word] then
-          return true
-        end
-      end
+    local before = table.concat(vim.list_slice(base, h.from + 1, h.to), "\n")
+    if not only_taken_away(before, table.concat(h.rows, "\n")) then
+      return true
     end
   end
   return false

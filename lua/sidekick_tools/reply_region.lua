@@ -185,14 +185,24 @@ function M.open(buf, mark, row)
 end
 
 -- Whether the region of `mark` is as the host left it: `rows` rows, `expect`
--- on row `at` of it.
-local function as_left(buf, mark, at, expect, rows)
+-- on row `at` of it, and the rows after it up to `to` (an edit over several
+-- rows: a fence that grew) as the copy of the host's rows has them.
+local function as_left(buf, mark, at, expect, rows, to)
   local first, last = M.rows(buf, mark)
   if first == nil or last - first + 1 ~= rows then
     return nil
   end
-  return vim.api.nvim_buf_get_lines(buf, first + at, first + at + 1, false)[1] == expect and first
-    or nil
+  local held = vim.api.nvim_buf_get_lines(buf, first + at, first + math.max(at, to) + 1, false)
+  if held[1] ~= expect then
+    return nil
+  end
+  local copy = shadow[mark]
+  for i = 2, copy and #held or 0 do
+    if held[i] ~= copy[at + i] then
+      return nil
+    end
+  end
+  return first
 end
 
 --- One streamed edit { start_row, start_col, end_row, end_col, lines } relative
@@ -201,9 +211,9 @@ function M.edit(buf, mark, e, expect, rows)
   if desynced[mark] then
     return
   end
-  local first = as_left(buf, mark, e[1], expect, rows)
+  local first = as_left(buf, mark, e[1], expect, rows, e[3])
   if not first and relocate(buf, mark) then
-    first = as_left(buf, mark, e[1], expect, rows)
+    first = as_left(buf, mark, e[1], expect, rows, e[3])
   end
   local ok = first ~= nil
     and edit(buf, vim.api.nvim_buf_set_text, buf, first + e[1], e[2], first + e[3], e[4], e[5])

@@ -105,7 +105,76 @@ def test_adds_words_tells_the_users_words_from_what_writing_over_them_loses_noth
         (["ASSISTANT: One.", "Two.", "Three"], False),  # a word deleted
         (["ASSISTANT: One.", "Three par"], False),  # a row taken away
         (["ASSISTANT: One. Two.", "Three par "], False),  # joined, blanks changed
+        (["ASSISTANT: One.", "Two.", "Three pa"], False),  # cut: an undo of the last step
+        (["ASSISTANT: One.", "Two.", "Thre par"], False),  # `x` in a word
+        (["ASSISTANT: One.", "Two.", "Three rap"], True),  # the same letters, other text
     ]
     for ours, expected in cases:
         got = editor.lua("return require('sidekick_tools.reply_merge').adds_words(...)", BASE, ours)
         assert got is expected, ours
+
+
+# Lua: the region of a reply driven by hand, as the host's edits arrive, with
+# the user's changes between them (`user` runs after the edits before it)
+DRIVE = """
+local edits, user, final = ...
+local region = require("sidekick_tools.reply_region")
+local buf = vim.api.nvim_get_current_buf()
+vim.api.nvim_buf_set_lines(buf, 0, -1, false, { "USER: hi there", "", "ASSISTANT:", "", "USER: " })
+region.open(buf, 7, 2)
+for i, e in ipairs(edits) do
+  if user[tostring(i)] then
+    vim.cmd("let &undolevels = &undolevels") -- what ends an undo step as typing does
+    vim.cmd(user[tostring(i)])
+    vim.cmd("let &undolevels = &undolevels")
+  end
+  region.edit(buf, 7, e[1], e[2], e[3])
+end
+region.close(buf, 7, final)
+return vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+"""
+
+
+@pytest.mark.parametrize("user", ["normal! u", "normal! 4G$x"])
+def test_characters_taken_from_the_row_being_written_leave_one_reply(editor, user):
+    """`u` after a change of the user's takes back the reply's last step, and
+    `x` in the row it writes takes a letter: no text of the user's is there,
+    and the reply is written over it, once (it was written again below, the
+    cut copy left above)."""
+    editor.lua("vim.bo.undolevels = 1000")
+    edits = [
+        [[0, 10, 0, 10, [" One."]], "ASSISTANT:", 1],
+        [[0, 15, 0, 15, ["", "Two long para"]], "ASSISTANT: One.", 1],
+        [[1, 13, 1, 13, ["graph goes"]], "Two long para", 2],
+        [[1, 23, 1, 23, [" on."]], "Two long paragraph goes", 2],
+    ]
+    # a change of the user's in their message before the reply's third edit,
+    # so that `u` after it takes back the reply's step, not the user's
+    steps = {"3": "call cursor(1, 14) | normal! x", "4": user}
+    lines = editor.lua(DRIVE, edits, steps, ["ASSISTANT: One.", "Two long paragraph goes on."])
+    assert sum(line.startswith("ASSISTANT:") for line in lines) == 1, lines
+    assert "Two long paragraph goes on." in lines
+
+
+def test_an_edit_over_rows_the_user_changed_is_not_applied_over_them(editor):
+    """A fence that grows (a thinking block whose text holds ```) is one edit
+    over several rows: applied, it wrote over the user's change in a row
+    between; it waits for the reply's end, and the change stays."""
+    edits = [
+        [
+            [0, 10, 0, 10, [" Text.", "", "```thinking", "step one", "step tw", "```"]],
+            "ASSISTANT:",
+            1,
+        ],
+        [[2, 3, 5, 3, ["`thinking", "step one", "step two ```", "````"]], "```thinking", 6],
+    ]
+    final = ["ASSISTANT: Text.", "", "````thinking", "step one", "step two ```", "````"]
+    lines = editor.lua(DRIVE, edits, {"2": "call setline(6, 'step one (MINE)')"}, final)
+    assert lines[2:8] == [
+        "ASSISTANT: Text.",
+        "",
+        "````thinking",
+        "step one (MINE)",
+        "step two ```",
+        "````",
+    ]
