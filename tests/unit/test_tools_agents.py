@@ -438,3 +438,13 @@ def test_an_agent_cancelled_before_it_started_is_said_as_a_command_would_be(tmp_
     assert (said.status, said.body) == ("cancelled", f"[cancelled: {error}]")
     assert said.body == rtc.result_from_task(command).body
     assert "duration" not in said.fields  # it never ran
+
+
+def test_an_agent_tasks_label_never_holds_a_piece_of_a_key():
+    """The label (the message's first 80 characters) is masked before it is cut."""
+    key = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    # cut after the key's 19th character: too short a tail to be known as one
+    label = ua.label_for(
+        "claude", "Review the branch, then push it with this token: " + "x" * 10 + " " + key
+    )
+    assert label.startswith("claude: Review") and key[:12] not in label

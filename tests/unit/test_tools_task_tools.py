@@ -679,3 +679,15 @@ async def test_a_secret_on_any_line_of_a_tasks_output_is_masked_in_every_answer(
         for secret in (key, "hunter2secret", "eyJ0b2tlbiJ9"):
             assert secret not in text, body
     release.write_text("")
+
+
+async def test_a_label_cut_short_never_shows_a_piece_of_a_key(tmp_path, manager, ctx):
+    """list_tasks cuts a label to 60 characters: cut before masking, the piece
+    of a key left was too short to be known by its form."""
+    key = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    task = await shell_task(
+        manager, f"git push https://github.com/me/r --token {key}; true", ctx.cwd
+    )
+    await manager.wait(task.id, 10)
+    body = (await LIST.run({}, ctx)).body
+    assert task.id in body and key[:12] not in body
