@@ -269,8 +269,9 @@ def test_a_line_past_the_size_bound_is_answered_without_being_held(raw, tmp_path
     assert client.close() == 0
 
 
+@pytest.mark.parametrize("after", [False, True], ids=["id first", "id last"])
 @pytest.mark.parametrize("rid", ["null", "1.5", "2e3", "true", '{"x": 1}'])
-def test_a_request_with_an_id_mcp_does_not_allow_is_answered(raw, tmp_path, rid):
+def test_a_request_with_an_id_mcp_does_not_allow_is_answered(raw, tmp_path, rid, after):
     """The SDK took a request whose id is null or not an integer for a
     notification: nobody answered, and the client waited until its own time
     limit. MCP allows a string or an integer: it is answered "invalid request"
@@ -279,11 +280,12 @@ def test_a_request_with_an_id_mcp_does_not_allow_is_answered(raw, tmp_path, rid)
     client.initialize()
     marker = tmp_path / "ran"
     call = {"name": "run", "arguments": {"command": f"touch {marker}", "async": False}}
-    client.write_line(
-        f'{{"jsonrpc": "2.0", "id": {rid}, "method": "tools/call", "params": '
-        + json.dumps(call)
-        + "}"
-    )
+    params = json.dumps(call)
+    if after:
+        line = f'{{"jsonrpc": "2.0", "method": "tools/call", "params": {params}, "id": {rid}}}'
+    else:
+        line = f'{{"jsonrpc": "2.0", "id": {rid}, "method": "tools/call", "params": {params}}}'
+    client.write_line(line)
     refused = client.answer(None)["error"]
     assert refused["code"] == -32600 and "string or an integer" in refused["message"]
     assert client.request(5, "ping")["result"] == {}

@@ -67,6 +67,11 @@ async def test_a_line_of_exactly_the_bound_is_read():
         ('{"id": {"x": 1}, "result": {}}', False),  # a response
         ('{"id": null, "params": {"a": 1}, "method": "late"}', True),  # its method after
         ('{"id": {"x": 1}, "method": ', False),  # no JSON: the SDK says so
+        # the id after the params (JSON members have no order)
+        ('{"jsonrpc": "2.0", "method": "m", "params": {"a": 1}, "id": true}', True),
+        ('{"method": "m", "params": {"a": [1]}, "id": 1.5}', True),
+        ('{"method": "m", "params": {"a": 1}, "id": 7}', False),
+        ('{"method": "m", "params": {"id": null}}', False),  # a notification
     ],
 )
 def test_only_a_request_whose_own_id_is_no_string_or_integer_is_refused(line, refused):
