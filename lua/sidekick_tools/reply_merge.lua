@@ -32,7 +32,8 @@ end
 
 -- The changes from `a` to `b` as { from, to, rows }: rows [from, to) of `a`
 -- (0-based, `to` exclusive; from == to inserts there) become `rows`. Nil for
--- rows that a line-based diff cannot take (a NUL shows in a line as "\n").
+-- rows that a line-based diff cannot take: a line holding "\n" (how the host
+-- gives a NUL, which the buffer then holds as "\0").
 local function hunks(a, b)
   for _, list in ipairs({ a, b }) do
     for _, line in ipairs(list) do
