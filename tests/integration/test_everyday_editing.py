@@ -7,6 +7,7 @@ background task end after the buffer was saved, reloaded or reformatted."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +41,15 @@ def background(editor, call_id: str, marker) -> str:
 
 def wait_cmd(marker, then: str = "echo done") -> str:
     return f"while [ ! -e {marker} ]; do sleep 0.05; done; {then}"
+
+
+def in_background(editor, call_id: str, then: str) -> tuple[str, Path]:
+    """A chat whose call `call_id` runs `then` once released, run until it is in
+    the background: (its task's token, the file that releases it)."""
+    editor.setup(tasks={"hybrid_threshold": 0.3})
+    marker = editor.workdir / "release"
+    editor.open_chat(HEAD + call(call_id, wait_cmd(marker, then)))
+    return background(editor, call_id, marker), marker
 
 
 def test_run_save_run_again(editor):
@@ -87,10 +97,7 @@ def test_run_tools_after_a_save(editor):
 def test_background_result_lands_after(editor, between):
     """A task that ends after the chat was saved, reloaded, reformatted on save
     or undone still writes its result and notice."""
-    editor.setup(tasks={"hybrid_threshold": 0.3})
-    marker = editor.workdir / "release"
-    editor.open_chat(HEAD + call("bg", wait_cmd(marker, "echo '[RESULT] all good'")))
-    token = background(editor, "bg", marker)
+    token, marker = in_background(editor, "bg", "echo '[RESULT] all good'")
     editor.nvim.command("write")
     if between == "format":
         # the way conform.nvim and vim.lsp.buf.format rewrite a buffer on save
@@ -131,10 +138,7 @@ def test_a_reload_after_a_result_was_written_writes_it_again(editor):
     """`:e!` after a background task's result was written, unsaved: the file's
     running block is back, and nothing can redo the result. It is written again,
     as when the chat is opened (an undo of it stands: that one has a redo)."""
-    editor.setup(tasks={"hybrid_threshold": 0.3})
-    marker = editor.workdir / "release"
-    editor.open_chat(HEAD + call("bg", wait_cmd(marker, "echo '[RESULT] all good'")))
-    token = background(editor, "bg", marker)
+    token, marker = in_background(editor, "bg", "echo '[RESULT] all good'")
     editor.nvim.command("write")
     marker.write_text("")
     editor.wait_text(f"USER: [sidekick task {token} completed]")
@@ -201,10 +205,7 @@ def test_a_result_written_while_the_user_types_is_an_undo_step_of_its_own(editor
     call read as never run (:SidekickRunTools offered to run it again). They
     are a step of their own: `u` takes back the typing after them, then them,
     then the typing before."""
-    editor.setup(tasks={"hybrid_threshold": 0.3})
-    marker = editor.workdir / "release"
-    editor.open_chat(HEAD + call("bg", wait_cmd(marker, "echo finished")))
-    background(editor, "bg", marker)
+    _, marker = in_background(editor, "bg", "echo finished")
     editor.nvim.command("set undolevels=900 | setlocal undolevels=700")
     editor.lua(
         "_G.__optionset = 0\nvim.api.nvim_create_autocmd('OptionSet', { pattern = 'undolevels',"
@@ -236,10 +237,7 @@ def test_a_result_lost_to_an_edit_is_written_when_an_undo_brings_its_call_back(e
     the result cannot be written, and that is said. An undo brings the
     running block back: its result was shown as "undone" (it never was
     written) and only reopening the chat wrote it. It is written now."""
-    editor.setup(tasks={"hybrid_threshold": 0.3})
-    marker = editor.workdir / "release"
-    editor.open_chat(HEAD + call("lost", wait_cmd(marker, "echo late")))
-    token = background(editor, "lost", marker)
+    token, marker = in_background(editor, "lost", "echo late")
     editor.nvim.command("%s/id=lost$/id=mangled/")
     marker.write_text("")
     wait_for(lambda: any(f"task {token} of call lost" in n for n in editor.notifications()))
