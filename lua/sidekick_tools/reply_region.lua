@@ -228,6 +228,12 @@ function M.edit(buf, mark, e, expect, rows)
     end
   else
     desynced[mark] = true
+    -- nothing more shows until the reply ends: say so once
+    vim.notify(
+      "sidekick_tools: the reply's lines changed while it streams; "
+        .. "the rest of it is written when it ends",
+      vim.log.levels.INFO
+    )
   end
 end
 

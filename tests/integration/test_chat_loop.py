@@ -1046,6 +1046,9 @@ def test_an_undo_or_reload_during_a_stream_leaves_a_well_formed_chat(editor, fak
     editor.wait_text("Streaming slowly.")
     edit_mid_stream(editor, f"vim.cmd({how!r})")
     wait_for(lambda: editor.lines()[-1] == "USER: ")
+    # the reply went on unseen until its end: that was said, once
+    said = [n for n in editor.notifications() if "the rest of it is written when it ends" in n]
+    assert len(said) == 1
     assert editor.lines() == [
         "USER: stream please",
         "",
