@@ -305,3 +305,25 @@ def test_a_call_whose_task_just_ended_is_not_said_to_be_running():
         assert said == (
             "sidekick_tools: c1 has just ended as task abc123; its result is being written"
         ), state
+
+
+async def test_a_call_answered_since_it_was_chosen_is_not_taken_to_run():
+    """A batch chose its pending calls; meanwhile another path wrote one of
+    them its result (a task that ran unseen, written as its chat was taken up
+    again). Taken to run after all, it ran a second time: its task was marked
+    delivered, so nothing said it had run."""
+    lines = ["USER: go", "", "ASSISTANT: ok", ""]
+    lines += block("run_terminal_command", '{"command": "printf x >> count"}', "c1")
+    port = Port(lines)
+    marks, registry = marks_for(port)
+    (chosen,) = port.mirrors[BUF].chat().calls
+    assert chosen.result is None
+    end = chosen.last_row + 1
+    port.mirrors[BUF].on_lines(
+        port.mirrors[BUF].tick + 1, end, end, ["```result id=c1 status=completed exit=0", "```"]
+    )
+    assert await marks.prepare(BUF, chosen) is None
+    assert registry.get(BUF, "c1") is None
+    # a call run again by the user, its result there when they chose it, is taken
+    (again,) = port.mirrors[BUF].chat().calls
+    assert again.result is not None and await marks.prepare(BUF, again) is not None

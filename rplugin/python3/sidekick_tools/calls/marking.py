@@ -110,6 +110,11 @@ class CallMarks:
                         found.append(None)
                         continue
                     rows[i] = current.start_row
+                if current.result is not None and call.result is None:
+                    # answered since it was chosen (a task that ran unseen, written
+                    # as the chat was taken up again): run now, it would run twice
+                    found.append(None)
+                    continue
                 row, call_id = rows[i], current.call_id
                 if not call_id:
                     if taken is None:
