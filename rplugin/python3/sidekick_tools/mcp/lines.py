@@ -56,9 +56,6 @@ def head(line: str) -> str:
 
 
 _TOP_ID = re.compile(r'"id"\s*:\s*(-?\d{1,18}(?![\d.eE])|"(?:[^"\\]|\\.){0,256}")')
-# an id that is neither a string nor an integer, or one that is an object or
-# an array (where `head` ends)
-_BAD_ID = re.compile(r'"id"\s*:\s*(?:(?:null|true|false)\b|-?\d+(?=[.eE])|$)')
 
 
 def _allowed_id(rid: Any) -> bool:
@@ -78,17 +75,17 @@ def top_id(line: str) -> Any:
 
 def checked(line: str) -> str | Refused:
     """`line`, or its refusal: nested past MAX_JSON_DEPTH levels, or a request
-    with an id MCP does not allow. Only a line whose head shows such an id is
-    read whole here (the SDK reads every line anyway)."""
+    with an id MCP does not allow. Only a line that names an id its head does
+    not show as a string or an integer is read whole here (the SDK reads every
+    line anyway)."""
     # (counted first, at C speed: the scan of json_depth costs seconds on a
     # line of megabytes, and a line needs that many brackets to be that deep)
     if line.count("[") + line.count("{") > MAX_JSON_DEPTH and json_depth(line) > MAX_JSON_DEPTH:
         why = f"Invalid request: nested deeper than {MAX_JSON_DEPTH} levels"
         return Refused(INVALID_REQUEST, why, top_id(line))
-    start = head(line)
-    # a bad id in the head, or an id only after it (JSON has no order of members)
-    later = '"id"' in line and not _TOP_ID.search(start)
-    if not later and not _BAD_ID.search(start):
+    # an id the head shows as no string or integer (null, 1.5, true, an object
+    # where the head ends), or an id only after it (JSON members have no order)
+    if '"id"' not in line or _TOP_ID.search(head(line)):
         return line
     try:
         message = json.loads(line)
