@@ -53,7 +53,6 @@ class DiagnosticScan:
         # read anew since its last scan: the calls follow it, as on opening
         self.on_running_block: Callable[[int, bool], None] | None = None
         self._reloaded: set[int] = set()  # buffers read anew since their last scan
-        self._scanned: set[int] = set()  # buffers scanned once: their text came before
         # called with each buffer scanned (its text settled after a change)
         self.on_scanned: Callable[[int], None] | None = None
         # called with a followed call whose block lost its id (`:e!` of a chat
@@ -71,7 +70,7 @@ class DiagnosticScan:
             if i < len(rows) and (last < 0 or rows[i] < last):
                 self._touched.add(buf)
         if first == 0 and last < 0:  # the whole text came anew (`:e!`)
-            if buf in self._scanned:  # not the first text a new host is given
+            if buf in self._call_rows:  # scanned before: not the first text a host is given
                 self._reloaded.add(buf)
             for tracked in self.registry.in_buffer(buf).values():
                 tracked.reloaded = True
@@ -87,7 +86,6 @@ class DiagnosticScan:
         self._timers.pop(buf, None)
         reloaded = buf in self._reloaded
         self._reloaded.discard(buf)
-        self._scanned.add(buf)
         mirror = self.port.mirrors.get(buf)
         if mirror is None:
             return
