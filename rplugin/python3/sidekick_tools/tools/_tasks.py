@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any
 
-from ..secrets_mask import mask_value
+from ..secrets_mask import mask, mask_value
 from ..tasks.model import TERMINAL as TERMINAL  # the task tools' `_tasks.TERMINAL`
 from ..tasks.model import is_token
 from ..tasks.output import summary_of, tail_bytes
@@ -35,6 +35,13 @@ def answer(payload: dict[str, Any]) -> str:
     joined there by escaped breaks, and a secret form that holds to its line
     (a YAML `password:`) is not found in the encoded text."""
     return json.dumps(mask_value(payload), indent=2, ensure_ascii=False)
+
+
+def short_label(text: str, limit: int) -> str:
+    """`text` on one line, masked, at most `limit` characters (cut with "…").
+    Masked before it is cut: a key cut short is no longer known by its form."""
+    label = mask(" ".join(text.split()))
+    return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
 def normalize_token(raw: Any) -> str:

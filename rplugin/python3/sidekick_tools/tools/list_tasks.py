@@ -26,7 +26,6 @@ import json
 import time
 from typing import Any, Callable
 
-from ..secrets_mask import mask
 from ..tasks.model import NAMES
 from . import _tasks
 from .base import CHAT_NAMES, ToolContext, ToolNames, ToolResult
@@ -123,10 +122,8 @@ def _row(ctx: Any, task: Any, now: float) -> str:
     agent = _tasks.agent_of(task)
     tool = _tool_name(_tasks.names_of(ctx), str(task.tool))
     tool = f"{tool}({agent})" if agent else tool
-    label = " ".join(str(task.label or task.call_command or task.command or "").split())
-    label = mask(label)  # before it is cut: a key cut short is no longer known by its form
-    if len(label) > LABEL_CHARS:
-        label = label[: LABEL_CHARS - 1] + "…"
+    label = str(task.label or task.call_command or task.command or "")
+    label = _tasks.short_label(label, LABEL_CHARS)
     return f"{task.id}  {tool}  {json.dumps(label, ensure_ascii=False)}  {_state(ctx, task, now)}"
 
 

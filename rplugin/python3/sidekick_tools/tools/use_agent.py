@@ -23,7 +23,6 @@ from typing import Any
 
 from ..chat.render import join_streams
 from ..programs import find_program, not_found
-from ..secrets_mask import mask
 from ..tasks.on_exit_summarize import split_summary, stderr_summary
 from . import _fs, _tasks
 from . import run_terminal_command as rtc
@@ -177,11 +176,7 @@ def agent_program(agent: Any) -> str | None:
 
 
 def label_for(name: str, message: str) -> str:
-    # masked before it is cut: a key cut short is no longer known by its form
-    first = mask(" ".join(message.split()))
-    if len(first) > LABEL_CHARS:
-        first = first[: LABEL_CHARS - 1] + "…"
-    return f"{name}: {first}"
+    return f"{name}: {_tasks.short_label(message, LABEL_CHARS)}"
 
 
 def unknown_agent(name: str, known: list[str]) -> str:
