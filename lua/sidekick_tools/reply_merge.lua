@@ -75,8 +75,10 @@ local function overlap(x, y)
   return x.from < y.to and y.from < x.to
 end
 
-local function words(rows)
-  return vim.trim((table.concat(rows, " "):gsub("%s+", " ")))
+--- `text` with its blanks made single spaces and trimmed: what wrapping it
+--- anew (`:%!fmt`) leaves as it was.
+function M.words(text)
+  return vim.trim((text:gsub("%s+", " ")))
 end
 
 -- Whether `text` is `from` with characters taken away (blanks aside): an
@@ -140,7 +142,9 @@ function M.three_way(base, ours, theirs)
     end
     if not clash then
       kept[#kept + 1] = h
-    elseif words(vim.list_slice(base, h.from + 1, h.to)) ~= words(h.rows) then
+    elseif
+      M.words(table.concat(base, " ", h.from + 1, h.to)) ~= M.words(table.concat(h.rows, " "))
+    then
       return nil
     end
   end

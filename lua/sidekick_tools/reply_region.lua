@@ -266,16 +266,12 @@ local function place_at_end(buf, mark, lines)
   place(buf, mark, first, first + #lines - 1)
 end
 
-local function words(text)
-  return vim.trim((text:gsub("%s+", " ")))
-end
-
 --- The rows of a reply that a rewrite of the whole buffer changed (`:%!fmt`
 --- wraps it anew): the last ASSISTANT: message, if its words so far begin the
 --- words of `lines` (an earlier message is never taken for it). Its first and
 --- last row, or nil.
 local function rewritten(buf, lines)
-  local whole = words(table.concat(lines, "\n"))
+  local whole = merge.words(table.concat(lines, "\n"))
   local all = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
   local starts = message_starts(all)
   for n = #starts, 1, -1 do
@@ -285,7 +281,7 @@ local function rewritten(buf, lines)
       while last > i and all[last]:match("^%s*$") do
         last = last - 1
       end
-      local said = words(table.concat(all, "\n", i, last))
+      local said = merge.words(table.concat(all, "\n", i, last))
       if vim.startswith(whole, said) then
         return i - 1, last - 1
       end
