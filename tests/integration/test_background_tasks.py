@@ -121,7 +121,12 @@ def test_halting_a_task_whose_chat_is_out_of_view_is_said_once(editor):
     # a later request: the end's events and what they scheduled have run
     editor.lua("return require('sidekick_tools.host').request('ping')")
     said = [n for n in editor.notifications() if token in n]
-    assert said == [f"sidekick_tools: task {token} cancelled"]
+    # the halt's answer says "cancelled"; on a loaded machine the task may take
+    # longer to end than the answer waits, and the answer is then "halting…",
+    # with "cancelled" said once it has ended: either way, its end is said once
+    halting = f"sidekick_tools: halting task {token}: SIGTERM sent"
+    assert said[-1] == f"sidekick_tools: task {token} cancelled"
+    assert len(said) <= 2 and all(n.startswith(halting) for n in said[:-1])
     # another task's end, out of view, is still said
     editor.nvim.command("buffer chat.sidekick.md")
     editor.lua(
