@@ -174,6 +174,30 @@ local function relocate(buf, mark)
   return false
 end
 
+--- Lines opened above the reply's ASSISTANT: line (`O` on it) land inside its
+--- region, whose mark stays at the start of the row it was on. The region
+--- starts again at its ASSISTANT: line when that line, as the host left it,
+--- is further down, with at least as many rows from there as the reply has.
+local function slipped(buf, mark)
+  local k = known[mark]
+  local first, last = M.rows(buf, mark)
+  local extra = k and first and (last - first + 1) - k.rows or 0
+  if extra <= 0 then
+    return false
+  end
+  local top = vim.api.nvim_buf_get_lines(buf, first, first + extra + 1, false)
+  if top[1] == k.header then
+    return false
+  end
+  for i = 2, #top do
+    if top[i] == k.header then
+      place(buf, mark, first + i - 1, last)
+      return true
+    end
+  end
+  return false
+end
+
 function M.open(buf, mark, row)
   -- the send has just written the ASSISTANT: line: the reply's text joins that step
   edited_at[buf] = vim.api.nvim_buf_get_changedtick(buf)
@@ -212,7 +236,7 @@ function M.edit(buf, mark, e, expect, rows)
     return
   end
   local first = as_left(buf, mark, e[1], expect, rows, e[3])
-  if not first and relocate(buf, mark) then
+  if not first and (slipped(buf, mark) or relocate(buf, mark)) then
     first = as_left(buf, mark, e[1], expect, rows, e[3])
   end
   local ok = first ~= nil
@@ -294,7 +318,7 @@ end
 --- it while it streamed kept. False when the region is gone.
 function M.close(buf, mark, lines)
   local k, base = known[mark], shadow[mark]
-  relocate(buf, mark)
+  local _ = slipped(buf, mark) or relocate(buf, mark)
   local first, last = M.rows(buf, mark)
   desynced[mark] = nil
   known[mark] = nil

@@ -34,6 +34,18 @@ def wait_replies(editor: Any, count: int) -> None:
     wait_for(lambda: editor.lua(marks) >= count)
 
 
+def usage_rows(editor: Any) -> list[int]:
+    """The rows (0-based) that show a reply's token usage in the current chat."""
+    ns = "vim.api.nvim_create_namespace('sidekick_tools_usage')"
+    return editor.lua(
+        "local rows = {}\n"
+        f"for _, m in ipairs(vim.api.nvim_buf_get_extmarks(0, {ns}, 0, -1, {{}})) do\n"
+        "  table.insert(rows, m[2])\n"
+        "end\n"
+        "return rows"
+    )
+
+
 def mid_stream(editor: Any, lua: str, ended: int = 0) -> bool:
     """Run the Lua code `lua` in Neovim while the reply streams, in one request:
     only if no more than `ended` replies have ended (shown their token usage).

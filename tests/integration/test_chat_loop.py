@@ -28,6 +28,7 @@ from tests.integration.chat_helpers import (
     edit_mid_stream,
     mid_stream,
     send,
+    usage_rows,
     use_fake,
     wait_replies,
 )
@@ -797,6 +798,12 @@ USER_EDITS = {
         "vim.api.nvim_buf_set_text(0, r, 0, r, 1, {''})",
         lambda rows: rows[:2] + [rows[2][1:]] + rows[3:],
     ),
+    # a line opened above the ASSISTANT: line (`O` on it): not the reply's
+    "line above": (
+        "ASSISTANT: " + REPLY_ROWS[0],
+        "vim.api.nvim_win_set_cursor(0, {r + 1, 0})\nvim.cmd('normal! OABOVE')",
+        lambda rows: rows[:2] + ["ABOVE"] + rows[2:],
+    ),
 }
 
 
@@ -814,6 +821,9 @@ def test_an_edit_inside_a_streaming_reply_is_kept_when_it_ends(editor, fake, cha
     edit_mid_stream(editor, FIND_ROW.format(want=json.dumps(want)) + lua)
     finished = ["USER: go", "", "ASSISTANT: " + REPLY_ROWS[0], *REPLY_ROWS[1:], "", "USER: "]
     assert editor.lines() == expected(finished)
+    # the reply's usage is shown on its first line, wherever the edit put it
+    lines = editor.lines()
+    assert usage_rows(editor) == [r for r, line in enumerate(lines) if line.endswith(REPLY_ROWS[0])]
 
 
 def test_words_typed_where_the_reply_goes_on_stay_and_the_reply_goes_below(editor, fake):
