@@ -548,3 +548,34 @@ def test_a_linked_worktree_named_objects_is_walked_and_would_have_leaked(tmp_pat
     result = approved("git branch -vv", work)
     assert not result.approved
     assert "worktrees/objects/gitdir is not a regular file" in result.reason
+
+
+def test_an_index_read_by_threads_is_read_as_the_check_reads_it_and_would_have_leaked(tmp_path):
+    """With `index.threads` above 1, git loads entries from where an IEOT extension
+    says and extensions from where an EOIE one says: an entry hidden in an unknown
+    extension's payload, which the check (reading entries in order) never sees.
+    The command that runs loads the index in order, as the check reads it."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET\n")
+    work = init(tmp_path / "work")
+    body = b"DIRC" + struct.pack(">II", 2, 1) + entry(b"f.txt", 2)
+    first_extension = len(body)
+    hidden = entry(b"../" * 20 + str(secret).lstrip("/").encode(), 2)
+    unknown = b"ZZZZ" + struct.pack(">I", len(hidden))
+    ieot = struct.pack(">III", 1, first_extension + 8, 1)  # one block: the hidden entry
+    ieot_head = b"IEOT" + struct.pack(">I", len(ieot))
+    body += unknown + hidden + ieot_head + ieot
+    eoie = struct.pack(">I", first_extension) + hashlib.sha1(unknown + ieot_head).digest()
+    body += b"EOIE" + struct.pack(">I", len(eoie)) + eoie
+    (work / ".git" / "index").write_bytes(body + hashlib.sha1(body).digest())
+    git(work, "config", "index.threads", "4")
+    git(work, "hash-object", "-w", "/dev/null")  # the blob the entries name
+    leak = subprocess.run(["git", "diff"], cwd=work, env=ENV, capture_output=True, text=True)
+    assert "TOPSECRET" in leak.stdout  # the control: git really reads it
+    verdict = approved("git diff", work)
+    assert verdict.approved  # the check sees f.txt alone
+    ran = subprocess.run(
+        ["/bin/sh", "-c", verdict.plan.shell], cwd=work, env=ENV, capture_output=True, text=True
+    )
+    assert ran.returncode == 0
+    assert "TOPSECRET" not in ran.stdout + ran.stderr

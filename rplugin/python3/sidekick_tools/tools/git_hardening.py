@@ -21,6 +21,9 @@ HARDENING_CONFIG = (
     "core.pager=cat",
     "core.untrackedCache=false",
     "credential.helper=",
+    # one thread reads the index in order, as git_index reads it: with more,
+    # git reads entries and extensions where IEOT and EOIE extensions point
+    "index.threads=1",
     "log.showSignature=false",
     f"gpg.program={_NO_PROGRAM}",
     f"gpg.ssh.program={_NO_PROGRAM}",
@@ -55,7 +58,7 @@ UNSET_ENV = sorted(
         "GIT_CONFIG_COUNT GIT_CONFIG_SYSTEM GIT_EXTERNAL_DIFF GIT_DIFF_OPTS GIT_EXEC_PATH "
         "GIT_SSH GIT_SSH_COMMAND GIT_ASKPASS SSH_ASKPASS GIT_EDITOR GIT_SEQUENCE_EDITOR "
         "GIT_PROXY_COMMAND GIT_SHALLOW_FILE GIT_REPLACE_REF_BASE GIT_DISCOVERY_ACROSS_FILESYSTEM "
-        "GIT_ATTR_SOURCE GIT_QUARANTINE_PATH"
+        "GIT_ATTR_SOURCE GIT_QUARANTINE_PATH GIT_TEST_INDEX_THREADS GIT_TEST_SPLIT_INDEX"
     )
 )
 
