@@ -41,6 +41,10 @@ def test_key_formats_keep_their_prefix(secret, masked):
         "see https://example.com:443/path and git@github.com:org/repo.git",
         "def check(password: str) -> bool:",  # not at the start of a line: not YAML
         "Authorization: Bearer ***",
+        "fields = ['password', 'username']  # names, not a name and its value",
+        "{'max_tokens': 5, 'name': 'token'}",
+        "<token_count>5</token_count> don't 'x'",
+        "see http://:8080/ and <a>b</a>",
         "",
     ],
 )
@@ -82,6 +86,14 @@ def test_assignments_mask_the_value_only():
             'curl -H "Authorization: Bearer ***" https://x',
         ),
         ("postgres://app:S3cretPw@db:5432/main", "postgres://app:***@db:5432/main"),
+        ("redis://:S3cretPw@localhost:6379/0", "redis://:***@localhost:6379/0"),  # no user
+        # a Python dict, PHP's and Ruby's `=>`, Maven's settings.xml
+        ("{'PASSWORD': 'Hunter2', 'USER': 'bob'}", "{'PASSWORD': '***', 'USER': 'bob'}"),
+        ("{'password': \"it's\"}", "{'password': \"***\"}"),
+        ("$db = ['password' => 'Hunter2'];", "$db = ['password' => '***'];"),
+        ('{"api_token" => "abc", "n" => "1"}', '{"api_token" => "***", "n" => "1"}'),
+        ('password => "Hunter2"', 'password => "***"'),
+        ("<s><password>Hunter2</password></s>", "<s><password>***</password></s>"),
         # escaped JSON whose secret holds the inner JSON's own escapes
         (
             '{"c": "{\\"accessToken\\": \\"a\\\\\\\\b\\\\\\"c\\", \\"n\\": \\"1\\"}"}',
@@ -111,6 +123,11 @@ def test_json_yaml_header_and_url_forms(text, masked):
         ("A" * 16 + "\\n") * 60_000 + "x-----END RSA PRIVATE KEY-----",
         "PRIVATE KEY-----\n" + "BEGIN " * 100_000,  # each BEGIN scanned the run
         "PRIVATE KEY-----\n" + "-----END " * 100_000,
+        "'" + "password" * 32_000 + "':'x",
+        "'a': '" * 100_000,
+        "<" + "password" * 32_000 + ">x",
+        "<password>" * 100_000,
+        "x://:" * 100_000,
     ],
 )
 def test_masking_a_hostile_text_never_holds_the_host(text):
@@ -275,6 +292,9 @@ AFTER_A_BREAK = [
     "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig",
     "https://app:S3cretPw@db.example/main",
     "password=hunter2secret",
+    "'password': 'hunter2secret'",
+    "<password>hunter2secret</password>",
+    "redis://:hunter2secret@db",
 ]
 
 

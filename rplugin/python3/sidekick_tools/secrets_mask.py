@@ -3,9 +3,10 @@
 DESIGN §12 lists the formats: ``sk-…`` and ``sk-ant-…`` API keys, GitHub tokens
 (``ghp_…`` and its siblings, ``github_pat_…``), AWS access key ids (``AKIA…``),
 Slack tokens (``xox?-…``), PEM private keys, and the values of ``password=`` and
-``token=`` (also ``secret=`` and ``api_key=``) assignments. Their JSON and YAML
-forms (``"password": "…"``, ``password: …``), Authorization headers' credentials
-and a URL's password are masked too.
+``token=`` (also ``secret=`` and ``api_key=``) assignments. Their ``=>``, JSON,
+single-quoted, XML and YAML forms (``password => …``, ``"password": "…"``,
+``'password': '…'``, ``<password>…</password>``, ``password: …``),
+Authorization headers' credentials and a URL's password are masked too.
 
 A masked secret keeps its recognisable prefix so a reader (or a model) still knows
 what stood there: ``sk-ant-***``, ``ghp_***``, ``password=***``. Masking is pure,
@@ -92,7 +93,7 @@ _NAME = r"(?:password|passwd|token|secret|api_?key|secret_?(?:access_?)?key|priv
 # key=value assignments; quoted values keep their quotes; a bare value stops at
 # a backslash, so masking JSON text (an escaped quote) keeps it valid JSON.
 _ASSIGNMENT = re.compile(
-    rf"(?i)({_NAME}\s*=\s*)"
+    rf"(?i)({_NAME}\s*=>?\s*)"
     r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\&;,]+)"
 )
 
@@ -109,6 +110,19 @@ _JSON_FIELD = re.compile(
 )
 _SECRET_WORD = re.compile(rf"(?i){_NAME}$")  # the name ends so, as for `=`
 
+# A quoted name in single quotes, or before PHP's and Ruby's `=>`: a Python
+# dict's `'password': '…'`, `'password' => '…'`, `"token" => "…"` (the JSON
+# form is `_JSON_FIELD`'s). As there, the name is matched whole and looked at
+# afterwards (`_named_sub`); the value runs to its closing quote on its line
+# (an escaped quote of JSON text, `\"`, is in it; an escaped break ends it).
+_QUOTED_FIELD = re.compile(
+    rf"(?:(?<!\w)|{_ESCAPE})((['\"])([\w\-.]+)\2\s*(?::|=>)\s*(['\"]))"
+    r"((?:(?!\4)[^\n\\]|\\[^nrt])*)(?=\4)"
+)
+
+# The XML form: `<password>…</password>` (Maven's settings.xml), one line.
+_XML_FIELD = re.compile(r"(<([\w.\-:]+)>)([^<\n]*)(?=</\2>)")
+
 # The YAML form, a name at the start of its line: `password: value` (to the end
 # of the line; a quoted value keeps its quotes).
 _YAML_FIELD = re.compile(
@@ -124,7 +138,7 @@ _AUTH_HEADER = re.compile(
 # (the scheme starts where no scheme character stands before it: from inside a
 # long run of them every start would scan the run again)
 _URL_PASSWORD = re.compile(
-    rf"(?i)((?:(?<![a-z0-9+.\-])|{_ESCAPE})[a-z][a-z0-9+.\-]{{0,31}}://[^\s/:@\"'<>]+:)"
+    rf"(?i)((?:(?<![a-z0-9+.\-])|{_ESCAPE})[a-z][a-z0-9+.\-]{{0,31}}://[^\s/:@\"'<>]*:)"
     r"([^\s/@\"'<>]+)(?=@)"
 )
 
@@ -175,6 +189,13 @@ def _assignment_sub(match: re.Match[str]) -> str:
 
 def _value_sub(match: re.Match[str]) -> str:
     return match.group(1) + REPLACEMENT
+
+
+def _named_sub(match: re.Match[str]) -> str:
+    """A `_QUOTED_FIELD` or `_XML_FIELD` match: its value masked when its name
+    (group 3 or 2) ends in one of the words."""
+    name = match.group(3) if match.re is _QUOTED_FIELD else match.group(2)
+    return _value_sub(match) if _SECRET_WORD.search(name) else match.group(0)
 
 
 def _json_sub(match: re.Match[str]) -> str:
@@ -265,6 +286,10 @@ def mask(text: str, literals: Iterable[str] = ()) -> str:
         text = _TOKENS.sub(_token_sub, text)
     if "=" in text:
         text = _ASSIGNMENT.sub(_assignment_sub, text)
+    if "'" in text or "=>" in text:
+        text = _QUOTED_FIELD.sub(_named_sub, text)
+    if "</" in text:
+        text = _XML_FIELD.sub(_named_sub, text)
     if ":" in text:
         text = _JSON_FIELD.sub(_json_sub, text)
         text = _YAML_FIELD.sub(_assignment_sub, text)
