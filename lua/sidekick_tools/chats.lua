@@ -73,6 +73,17 @@ end
 -- 240 KB line of them freeze the editor for two minutes when opened.
 local RUNNING_BLOCK = [[\%#=1\m\C^`\{3,}result\s\%(.*\<status=running\>\)\@>.*\stask=\x]]
 
+-- A result block's first line, as the plugin writes it: "```result id=X".
+local RESULT_BLOCK = [[\%#=1\m\C^`\{3,}result\s\+id=]]
+
+--- Does the buffer's text hold a result block (a chat, under any name)?
+---@param buf integer
+function M.holds_results(buf)
+  return vim.api.nvim_buf_call(buf, function()
+    return vim.fn.search(RESULT_BLOCK, "ncw") > 0
+  end)
+end
+
 --- Does the chat's text name a running task?
 ---@param buf integer
 function M.names_running_task(buf)

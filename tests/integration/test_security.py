@@ -62,6 +62,28 @@ def test_output_cannot_act_on_the_editor_through_a_modeline(editor):
     assert editor.lua("return vim.bo.textwidth") == 7
 
 
+def test_a_chat_under_another_name_gets_no_modeline_from_its_results(editor):
+    """The commands work in any buffer: a chat saved as notes.md, with a
+    `vim: set ...` line in a result near its end, was read with that modeline
+    applied. A file read with modelines on, whose text holds the plugin's
+    result blocks, gets them off; another Markdown file keeps them."""
+    editor.nvim.command("set modeline modelines=5")  # a user who has them on
+    editor.setup()
+    cmd = "printf 'vim: set ff=mac tw=7 :\\n'"
+    editor.open_chat(HEAD + call("m", "run_terminal_command", {"command": cmd}), name="notes.md")
+    editor.run_tool(5)
+    editor.wait_text("```result id=m status=completed exit=0")
+    editor.nvim.command("write")
+    editor.nvim.command("edit!")
+    assert editor.lua("return vim.bo.textwidth") == 0
+    assert editor.lua("return vim.bo.fileformat") == "unix"
+    assert editor.lua("return vim.bo.modeline") is False
+    other = editor.workdir / "readme.md"  # the control: no result block in it
+    other.write_text("# x\n\n```sh\necho\n```\nvim: set tw=7 :\n")
+    editor.nvim.command(f"edit {other}")
+    assert editor.lua("return vim.bo.textwidth") == 7
+
+
 def test_a_chat_read_while_the_plugin_loads_lazily_gets_no_modeline(editor):
     """Loaded by filetype (lazy.nvim's `ft = "markdown"`, as the README shows),
     the plugin came while the first chat was being read: its BufReadPre, which
