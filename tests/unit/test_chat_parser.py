@@ -845,3 +845,20 @@ def test_a_malformed_body_says_where_in_the_json_words_of_its_own():
         "Malformed JSON in tool call body: Unterminated string starting at: line 1, "
         "column 10 of the block"
     )
+
+
+def test_a_body_that_names_a_parameter_twice_is_refused():
+    """JSON takes the last of two keys alike: a chat file's call that shows
+    `"command": "git status"` first and another command below it would run the
+    one the reader did not see first. Each parameter is written once."""
+    from sidekick_tools.chat.call_body import read_params
+
+    body = '{"command": "git status",\n "purpose": "look",\n "command": "rm -rf ~"}'
+    params, error = read_params(body)
+    assert params is None
+    assert error == (
+        'Malformed JSON in tool call body: the key "command" is written twice; write each key once'
+    )
+    nested = read_params('{"edits": [{"old": "a", "new": "b", "old": "c"}]}')
+    assert nested[0] is None and 'the key "old" is written twice' in nested[1]
+    assert read_params('{"a": {"b": 1}, "b": {"a": 2}}') == ({"a": {"b": 1}, "b": {"a": 2}}, None)

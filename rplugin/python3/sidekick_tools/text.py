@@ -143,8 +143,28 @@ def _without_lone_surrogates(value: Any) -> Any:
     return value
 
 
-def loads_json(text: str) -> Any:
+class DuplicateKey(ValueError):
+    """An object of JSON text names one key twice (`loads_json(unique=True)`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return value
+
+
+def loads_json(text: str, unique: bool = False) -> Any:
     """`json.loads` for text from outside (a provider, a chat): no lone surrogates
-    in its strings."""
-    value = json.loads(text)
+    in its strings; with `unique`, no object names a key twice (JSON would take
+    the last, which a reader of the text may not see: `DuplicateKey`)."""
+    value = json.loads(text, object_pairs_hook=_unique_keys) if unique else json.loads(text)
     return _without_lone_surrogates(value) if _SURROGATE_ESCAPE.search(text) else value

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..text import loads_json
+from ..text import DuplicateKey, loads_json
 
 #: Tool call bodies larger than this (UTF-8 bytes) are refused without decoding.
 MAX_BODY_BYTES = 1024 * 1024
@@ -76,7 +76,12 @@ def read_params(body: str) -> tuple[dict | None, str | None]:
             f"the limit is {MAX_JSON_DEPTH}"
         )
     try:
-        value = loads_json(body)
+        value = loads_json(body, unique=True)
+    except DuplicateKey as exc:
+        return None, (
+            f"Malformed JSON in tool call body: the key {json.dumps(exc.key)} is "
+            "written twice; write each key once"
+        )
     except RecursionError:  # json_depth bounds it; never let one call break the chat
         return None, f"Tool call body nested too deeply (the limit is {MAX_JSON_DEPTH} levels)"
     except ValueError as exc:
