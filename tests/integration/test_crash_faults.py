@@ -99,6 +99,8 @@ def test_kill_9_during_a_burst_of_300_writes_runs_each_call_once(editor):
         task = editor.lua("return require('sidekick_tools').get_task(...)", token)
         assert task["error"].startswith("the task never started"), task
         assert i not in ran, f"{i} ran but says it never started"
+        # and its result says so (not "its outcome is unknown": it may have run)
+        assert f"{line}\n[the task never started: " in body, line
     assert sum(1 for i in ids if "status=completed" in final(i, body)) >= n // 3
 
 

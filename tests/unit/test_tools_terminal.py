@@ -834,3 +834,23 @@ def test_the_end_note_says_why_the_plugin_stopped_a_task(tmp_path, status, reaso
     task = _task(tmp_path, b"partial\n", status=status, exit_code=143, reason=reason, error=error)
     body = rtc.result_from_task(task).body
     assert body == (f"partial\n{note}" if note else "partial")
+
+
+def test_a_task_that_never_started_is_not_said_to_have_run(tmp_path):
+    """A queued task whose host died before starting it: its result says it
+    never ran, not that its outcome is unknown (the model would think it may
+    have had effects)."""
+    error = "the task never started: its Neovim or host exited first"
+    task = _task(
+        tmp_path,
+        status="failed",
+        exit_code=None,
+        reason="host restarted",
+        started_at=None,
+        error=error,
+    )
+    res = rtc.result_from_task(task)
+    assert res.status == "failed"
+    assert res.body == f"[{error}]"
+    ran = rtc.result_from_task(_task(tmp_path, b"x\n", status="failed", reason="host restarted"))
+    assert ran.body.endswith("[the host restarted while it ran; its outcome is unknown]")

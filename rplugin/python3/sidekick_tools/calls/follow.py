@@ -126,7 +126,7 @@ class TaskFollower:
             "duration_seconds": _duration(task),
             "exit_code": task.exit_code,
             "output": output,
-            "log": task.log_path,
+            "log": task.log_path if task.started_at is not None else None,  # none: never ran
         }
         notice = notice_lines(payload)
         if self.hold(tracked.buf, notice):

@@ -186,23 +186,24 @@ def result_from_task(task: Any, tail_bytes: int = TAIL_BYTES) -> ToolResult:
     log_dir = task.log_dir
     out, out_cut = _tail(log_dir, "stdout", tail_bytes)
     err, err_cut = _tail(log_dir, "stderr", tail_bytes)
-    note = _end_note(status, reason, task.error or "")
+    note = _end_note(status, reason, task.error or "", task.started_at is not None)
     if not (out or err or note):
         return ToolResult(status, "(no output)", fields)
     streams = Streams(out, err, note, out_cut, err_cut)
     return ToolResult(status, join_streams(out, err, note), fields, streams=streams)
 
 
-def _end_note(status: str, reason: str, error: str) -> str:
+def _end_note(status: str, reason: str, error: str, started: bool = True) -> str:
     """The last line of a result that did not simply exit: why it ended. A task
     stopped by the plugin itself says who stopped it and why (Neovim exiting
     halted it, its log passed the limit), which `[cancelled]` alone does not:
-    the user and the model would think someone halted it by hand."""
+    the user and the model would think someone halted it by hand. One that
+    never started says so: "its outcome is unknown" would have it maybe run."""
     if status == "completed":
         return ""
     if reason == "cancelled" and error:
         return f"[cancelled: {error}]"
-    if reason == "log_limit" and error:
+    if (reason == "log_limit" or not started) and error:
         return f"[{error}]"
     if reason in _REASONS:
         return f"[{_REASONS[reason]}]"
