@@ -335,7 +335,15 @@ end
 function M.chat_opened(buf)
   emit("chat", { buf = buf })
   if host.running() then
-    host.notify("chat_opened", buf)
+    -- scheduled: a reload by :checktime ('autoread') reads the file, and only
+    -- then stops the buffer's updates to the host; told at once, the host
+    -- looked at the text from before the reload (a running block ended since)
+    -- and wrote that task's end a second time
+    vim.schedule(function()
+      if vim.api.nvim_buf_is_loaded(buf) and host.running() then
+        host.notify("chat_opened", buf)
+      end
+    end)
     return
   end
   if not chats.names_running_task(buf) then

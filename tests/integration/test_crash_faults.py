@@ -245,3 +245,34 @@ def test_a_host_replaced_by_sidekickinstall_leaves_its_tasks_to_the_next(editor)
     gate.touch()
     editor.wait_text("```result id=w1 status=completed")
     assert "shutdown failed" not in (editor.state_dir / "host.log").read_text()
+
+
+def test_a_second_neovim_reloading_with_checktime_writes_no_second_notice(editors):
+    """A runs w1 in the background, writes its end and its notice, and saves;
+    B, which had the chat open with the running block, reloads it the way
+    'autoread' does (:checktime). B's buffer is the file as A saved it: one
+    notice, nothing added, nothing to save."""
+    a, b = editors(), editors()
+    gate = a.workdir / "gate"
+    for ed in (a, b):
+        ed.setup(tasks={"hybrid_threshold": 0.2})
+    a.open_chat(HEAD + call("w1", f"while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"))
+    a.run_tool(5)
+    text = a.wait_text("```result id=w1 status=running task=")
+    token = text.split("task=")[1].split()[0]
+    a.nvim.command("write")
+    b.lua("return require('sidekick_tools').list_tasks()")  # B's host is up
+    path = a.workdir / "chat.sidekick.md"
+    b.nvim.command(f"edit {path}")
+    b.wait_diag(4, "⟳", timeout=20)
+    gate.touch()
+    notice = f"USER: [sidekick task {token} completed]"
+    a.wait_text(notice)
+    a.nvim.command("write")
+    saved = path.read_text()
+    b.nvim.command("checktime")
+    wait_for(lambda: b.text() + "\n" == saved or b.text() == saved)
+    b.wait_diag(4, "✓", timeout=20)  # B's host has looked at the reloaded chat
+    b.lua("return require('sidekick_tools').list_tasks()")  # and answers
+    assert b.text().count(notice) == 1, b.text()
+    assert not b.lua("return vim.bo.modified")
