@@ -5,12 +5,15 @@ and tasks die with their Neovim even when the host died first."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
 from sidekick_tools.tasks.identity import proc_stat
 
 from tests.conftest import wait_for
+from tests.integration.conftest import quit_nvim
 
 pytestmark = pytest.mark.integration
 
@@ -276,3 +279,36 @@ def test_a_second_neovim_reloading_with_checktime_writes_no_second_notice(editor
     b.lua("return require('sidekick_tools').list_tasks()")  # and answers
     assert b.text().count(notice) == 1, b.text()
     assert not b.lua("return vim.bo.modified")
+
+
+@pytest.mark.parametrize("how", ["quits", "is killed"])
+def test_a_second_neovim_writes_the_end_once_the_neovim_that_ran_it_is_gone(editors, how):
+    """B shows A's running block as "runs in another Neovim, which writes its
+    result". When A is gone (quit: its task halted; killed: the task runs on),
+    nobody else will: B takes the task up and writes its end, once, without
+    the user reloading the chat."""
+    a, b = editors(), editors()
+    gate = a.workdir / "gate"
+    a.setup(tasks={"hybrid_threshold": 0.2, "kill_on_exit": how == "quits"})
+    b.setup(tasks={"hybrid_threshold": 0.2})
+    a.open_chat(HEAD + call("w1", f"while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"))
+    a.run_tool(5)
+    a.wait_text("```result id=w1 status=running task=")
+    a.nvim.command("write")
+    b.lua("return require('sidekick_tools').list_tasks()")  # B's host is up
+    b.nvim.command(f"edit {a.workdir / 'chat.sidekick.md'}")
+    diag = b.wait_diag(4, "⟳", timeout=20)
+    assert "runs in another Neovim" in diag["message"], diag
+    if how == "quits":
+        quit_nvim(a)  # kill_on_exit: its task is halted
+        end = "```result id=w1 status=cancelled"
+    else:
+        pid = a.lua("return vim.fn.getpid()")
+        host = a.host_pid()
+        os.kill(pid, signal.SIGKILL)
+        os.kill(host, signal.SIGKILL)
+        gate.touch()  # the task runs on, and ends
+        end = "```result id=w1 status=completed"
+    text = b.wait_text(end, timeout=30)
+    assert text.count("```result id=w1") == 1 and text.count("USER: [sidekick task") == 1, text
+    assert b.wait_diag(4, "✓" if how != "quits" else "⊘", timeout=20)

@@ -62,11 +62,16 @@ class CallRunner:
         self.port = port
         self._reattaching: set[int] = set()
         self.scan.on_running_block = self._reattach_soon
+        self.follower.reopen = lambda buf: self._reattach_soon(buf, reloaded=True)
         self.scan.on_scanned = self.follower.text_settled
         self.scan.on_id_lost = self._give_id_back
         self.scan.streaming = self.loop.streaming
         self.loop.on_reply_end = lambda buf: self.scan.schedule(buf, delay=0)
-        port.on_buffer_gone = self.loop.closed
+        port.on_buffer_gone = self._buffer_gone
+
+    def _buffer_gone(self, buf: int, name: str) -> None:
+        self.follower.elsewhere.pop(buf, None)
+        self.loop.closed(buf, name)
 
     def _give_id_back(self, tracked: Tracked) -> None:
         fut = asyncio.ensure_future(self.chain.marks.give_id_back(tracked))

@@ -28,6 +28,9 @@ from .writer import ResultWriter, log_failure
 
 log = logging.getLogger(__name__)
 
+# Seconds between looks at the Neovims that run tasks of chats open here.
+ELSEWHERE_POLL = 1.0
+
 
 class TaskFollower:
     def __init__(self, ctx: CallContext, writer: ResultWriter) -> None:
@@ -42,6 +45,12 @@ class TaskFollower:
         # has calls without a result (pending, or in their first wait) wait
         # here, in the order their tasks ended, and follow those results.
         self.waiting: dict[int, list[list[str]]] = {}
+        # Running blocks of chats open here whose task another Neovim runs, and
+        # writes the end of, by buffer: their tokens. Once that Neovim is gone
+        # nobody will: `reopen(buf)` follows the chat's running blocks anew.
+        self.elsewhere: dict[int, set[str]] = {}
+        self.reopen: Callable[[int], None] = lambda _buf: None
+        self._looking_elsewhere = False
         ctx.tasks.subscribe(self.on_task_event)
 
     # -- a call's state as its task moves --------------------------------------------
@@ -185,6 +194,7 @@ class TaskFollower:
         ended) gets it now."""
         unfollowed: dict[str, tuple[str, str]] = {}
         gone: dict[str, bool] = {}  # each other owner looked at once
+        self.elsewhere.pop(buf, None)
         for call in mirror.chat().calls:
             if not names_task(call) or self.ctx.registry.get(buf, call.call_id) is not None:
                 continue
@@ -208,6 +218,8 @@ class TaskFollower:
                     # writes its result (here, reloading the file shows it)
                     why = f"task {token} runs in another Neovim, which writes its result"
                     unfollowed[call.call_id] = ("running", why)
+                    self.elsewhere.setdefault(buf, set()).add(token)
+                    self._look_elsewhere()
                     continue
                 await self.ctx.tasks.adopt_if_orphaned(task)  # its owner died: taken over here
                 task = self.ctx.tasks.get(token) or task
@@ -225,6 +237,30 @@ class TaskFollower:
             else:
                 self.ctx.registry.state(tracked, "running", started_at=task.started_at)
         return unfollowed
+
+    def _look_elsewhere(self) -> None:
+        if not self._looking_elsewhere:
+            self._looking_elsewhere = True
+            self._spawn(self._watch_elsewhere())
+
+    async def _watch_elsewhere(self) -> None:
+        """While a chat open here shows a task another Neovim runs: once that
+        Neovim is gone (quit, its task halted; killed, the task running on),
+        the chat's running blocks are followed here (the task taken over, or
+        its end written), as when the chat is opened."""
+        try:
+            while self.elsewhere:
+                await asyncio.sleep(ELSEWHERE_POLL)
+                gone: dict[str, bool] = {}
+                for buf, tokens in list(self.elsewhere.items()):
+                    if self.ctx.port.mirrors.get(buf) is None:
+                        continue  # closed, or read anew: opening it looks again
+                    tasks = [self.ctx.tasks.get(token) for token in tokens]
+                    if any(t is None or owner_gone(t.owner, gone) for t in tasks):
+                        self.elsewhere.pop(buf, None)
+                        self.reopen(buf)
+        finally:
+            self._looking_elsewhere = False
 
     def _spawn(self, coro: Any) -> None:
         fut = asyncio.ensure_future(coro)
