@@ -150,7 +150,7 @@ M.options = {
     "tasks.max_concurrent",
     5,
     "number",
-    "Tasks running at once; more wait queued",
+    "Tasks running at once in this Neovim; more wait queued",
     min = 1,
     integer = true,
   },
