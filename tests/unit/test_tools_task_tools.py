@@ -691,3 +691,20 @@ async def test_a_label_cut_short_never_shows_a_piece_of_a_key(tmp_path, manager,
     await manager.wait(task.id, 10)
     body = (await LIST.run({}, ctx)).body
     assert task.id in body and key[:12] not in body
+
+
+def test_progress_is_the_latest_marker_whichever_stream_is_read(tmp_path):
+    """The engine records progress each tick; a read of stdout found a newer
+    marker and said 50 %, and a read of stderr right after said the recorded
+    41 %. Each read says the last marker the log holds."""
+    from types import SimpleNamespace
+
+    log = tmp_path / "stdout"
+    log.write_text("[PROGRESS:41] step 5\nline\n[PROGRESS:50] step 6\nmore\n")
+    task = SimpleNamespace(progress=41, progress_text="step 5")
+    for text in ("", "line\n[PROGRESS:50] step 6\nmore"):  # stderr's read, stdout's
+        got = task_output.progress_of(task, text, str(log))
+        assert (got["percent"], got["step"]) == (50, "step 6")
+    log.write_text("no marker in the log's tail\n")  # then the record
+    got = task_output.progress_of(task, "", str(log))
+    assert (got["percent"], got["step"]) == (41, "step 5")

@@ -163,16 +163,29 @@ def _message(state: str, task: Any, read: Any, any_lines: bool, names: ToolNames
     return None
 
 
-def progress_of(task: Any, text: str, log_path: str | None) -> dict[str, Any] | None:
-    """The latest progress marker: from the text just read if it holds one (fresher
-    than the engine's periodic scan), else the task's recorded progress."""
-    percent = task.progress
-    step = task.progress_text
+# How much of the end of stdout's log is looked at for the latest progress marker.
+PROGRESS_TAIL = 16 * 1024
+
+
+def _last_progress(text: str) -> Any:
     for line in reversed(text.split("\n")) if text else ():
         marker = parse_line(line)
         if marker is not None and marker.kind == "progress":
-            percent, step = marker.percent, marker.text
-            break
+            return marker
+    return None
+
+
+def progress_of(task: Any, text: str, log_path: str | None) -> dict[str, Any] | None:
+    """The latest progress marker: the last in the end of stdout's log, else in
+    the text just read, else the task's recorded progress. The record is the
+    engine's periodic scan, a tick behind: a read of stdout that found a newer
+    marker, then a read of stderr, said two progresses, the later one older."""
+    percent = task.progress
+    step = task.progress_text
+    tail = _tasks.tail_text(log_path, max_lines=10_000, max_bytes=PROGRESS_TAIL)
+    marker = _last_progress(tail) or _last_progress(text)
+    if marker is not None:
+        percent, step = marker.percent, marker.text
     if percent is None and not step:
         return None
     try:
