@@ -5,7 +5,9 @@ local plural = require("sidekick_tools.format").plural
 local M = {}
 
 local function describe(p)
-  local line = string.format("  %s  %s", p.tool ~= "" and p.tool or "tool", p.what or "")
+  -- its line first: calls alike (one command written three times) are told apart
+  local at = type(p.row) == "number" and string.format("line %d: ", p.row + 1) or ""
+  local line = string.format("  %s%s  %s", at, p.tool ~= "" and p.tool or "tool", p.what or "")
   if type(p.problem) == "string" and p.problem ~= "" then
     line = line .. "  (problem: " .. p.problem .. ")"
   elseif type(p.why) == "string" and p.why ~= "" then

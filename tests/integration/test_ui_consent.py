@@ -178,6 +178,9 @@ def test_run_tools_asks_once_for_the_calls_that_need_consent(editor):
     # nor among those needing consent ("Run 4 ... These 3 need" counted it)
     assert "Run 3 pending tool calls? These 2 need your consent:" in dialog
     assert "run_terminal_command  touch made.txt  (touch is not a safe command)" in dialog
+    # each led by its line: calls written alike are told apart
+    row = next(i for i, line in enumerate(before.split("\n")) if "touch made.txt" in line)
+    assert f"  line {row}: run_terminal_command  touch made.txt" in dialog
     assert 'write_file  {"content": "W"} (path="w.txt")' in dialog
     assert "(problem:" in dialog and "command" in dialog.split("(problem:", 1)[1]
     assert "1 other runs without asking." in dialog
