@@ -299,7 +299,7 @@ AFTER_A_BREAK = [
 
 
 @pytest.mark.parametrize("text", AFTER_A_BREAK)
-@pytest.mark.parametrize("brk", ["\n", "\r\n", "\t"])
+@pytest.mark.parametrize("brk", ["\n", "\r\n", "\t", "\f", "\b"])
 def test_a_secret_after_an_escaped_break_in_json_text_is_masked(text, brk):
     import json
 

@@ -37,9 +37,9 @@ _TOKEN_PATTERNS = (
 )
 _KEEP_GROUPS = [f"keep{i}" for i in range(len(_TOKEN_PATTERNS))]
 # Where a secret may start: not inside a word, or right after an escaped line
-# break or tab of JSON text (a task tool's answer holds output lines as "\n"):
+# break, tab, form feed or backspace of JSON text (a task tool's answer holds output lines as "\n"):
 # the escape's letter is no word the secret goes on.
-_ESCAPE = r"(?<=\\[nrt])"
+_ESCAPE = r"(?<=\\[nrtfb])"
 _OUTSIDE_A_WORD = rf"(?:(?<![A-Za-z0-9_\-])|{_ESCAPE})"
 # A token that runs to the end of its line may go on over the next ones, cut
 # by a width (`fold`, base64 wrapping, a narrow log): each following line that
@@ -91,10 +91,11 @@ _PEM_BODY_REVERSED = re.compile(
 _NAME = r"(?:password|passwd|token|secret|api_?key|secret_?(?:access_?)?key|private_?key)"
 
 # key=value assignments; quoted values keep their quotes; a bare value stops at
-# a backslash, so masking JSON text (an escaped quote) keeps it valid JSON.
+# a backslash, so masking JSON text (an escaped quote) keeps it valid JSON, and
+# at a control character, as it stops at that character's escape in JSON text.
 _ASSIGNMENT = re.compile(
     rf"(?i)({_NAME}\s*=>?\s*)"
-    r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\&;,]+)"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\&;,\x00-\x1f]+)"
 )
 
 # The JSON form: a quoted name holding one of the words ("password",
@@ -117,7 +118,7 @@ _SECRET_WORD = re.compile(rf"(?i){_NAME}$")  # the name ends so, as for `=`
 # (an escaped quote of JSON text, `\"`, is in it; an escaped break ends it).
 _QUOTED_FIELD = re.compile(
     rf"(?:(?<!\w)|{_ESCAPE})((['\"])([\w\-.]+)\2\s*(?::|=>)\s*(['\"]))"
-    r"((?:(?!\4)[^\n\\]|\\[^nrt])*)(?=\4)"
+    r"((?:(?!\4)[^\n\\]|\\[^nrtfb])*)(?=\4)"
 )
 
 # The XML form: `<password>…</password>` (Maven's settings.xml), one line.
