@@ -96,7 +96,7 @@ class CallMarks:
         for _ in range(RETRIES):
             mirror = await self.mirror(buf)
             chat = mirror.chat()
-            taken: set[str] | None = None
+            ids = _NewIds(chat, mirror.lines)
             edits: list[tuple[int, int, list[str]]] = []
             marks: list[tuple[int, int]] = []
             found: list[tuple[ToolCall, str, int, int] | None] = []
@@ -117,11 +117,7 @@ class CallMarks:
                     continue
                 row, call_id = rows[i], current.call_id
                 if not call_id:
-                    if taken is None:
-                        taken = {c.call_id for c in chat.calls if c.call_id}
-                    call_id = new_call_id(taken)
-                    taken.add(call_id)
-                    edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
+                    call_id = ids.give(row, edits)
                 mark = self.ctx.registry.mark_for(buf, call_id)
                 marks.append((mark, row))
                 found.append((current, call_id, mark, row))
@@ -151,13 +147,10 @@ class CallMarks:
             missing = [c for c in (message.calls if message else []) if c.pending and not c.call_id]
             if not missing:
                 return
-            taken = {c.call_id for c in chat.calls if c.call_id}
-            edits = []
+            ids = _NewIds(chat, mirror.lines)
+            edits: list[tuple[int, int, list[str]]] = []
             for call in reversed(missing):
-                call_id = new_call_id(taken)
-                taken.add(call_id)
-                row = call.start_row
-                edits.append((row, row + 1, [header_with_id(mirror.lines[row], call_id)]))
+                ids.give(call.start_row, edits)
             if await self.ctx.port.apply(buf, mirror.tick, edits):
                 return
             await asyncio.sleep(0.005)
@@ -212,3 +205,21 @@ def find_again(chat: Any, call: ToolCall) -> ToolCall | None:
         return found if found is not None and same_call(found, call) else None
     twins = [c for c in chat.calls if c.pending and same_call(c, call)]
     return twins[0] if len(twins) == 1 else None
+
+
+class _NewIds:
+    """Ids for calls written without one, none taken in the chat: each given
+    with the edit that writes it into the call's header."""
+
+    def __init__(self, chat: Any, lines: list[str]) -> None:
+        self._chat = chat
+        self._lines = lines
+        self._taken: set[str] | None = None  # looked up on the first id given
+
+    def give(self, row: int, edits: list[tuple[int, int, list[str]]]) -> str:
+        if self._taken is None:
+            self._taken = {c.call_id for c in self._chat.calls if c.call_id}
+        call_id = new_call_id(self._taken)
+        self._taken.add(call_id)
+        edits.append((row, row + 1, [header_with_id(self._lines[row], call_id)]))
+        return call_id
