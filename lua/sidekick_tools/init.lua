@@ -117,6 +117,8 @@ end
 --- Run the tool call at (bufnr, lnum), then chain the auto-acceptable calls after it.
 ---@param bufnr integer|nil buffer, default current
 ---@param lnum integer|nil 1-based line, default cursor line
+--- A call whose path reads as inside the working directory but leads outside
+--- it through a link in the project runs only once you say yes to it.
 ---@return table|nil info { id, tool } of the call started, nil and a message on error
 function M.run_tool(bufnr, lnum)
   vim.validate({ bufnr = { bufnr, "number", true }, lnum = { lnum, "number", true } })
@@ -125,7 +127,17 @@ function M.run_tool(bufnr, lnum)
   if not line then
     return err(msg)
   end
-  return ask("run_tool", bufnr, line - 1, vim.fn.getcwd())
+  local cwd = vim.fn.getcwd()
+  local res, e = ask("run_tool", bufnr, line - 1, cwd)
+  if type(res) ~= "table" or not res.confirm then
+    return res, e
+  end
+  if vim.fn.confirm("sidekick_tools: " .. res.confirm, "&Run\n&Cancel", 2) ~= 1 then
+    local note = "sidekick_tools: nothing was run"
+    vim.notify(note, vim.log.levels.INFO)
+    return nil, note
+  end
+  return ask("run_tool", bufnr, line - 1, cwd, true)
 end
 
 --- Run every pending call of the last assistant message, in order. Unless

@@ -442,6 +442,43 @@ def test_the_question_says_where_a_write_really_goes(editor):
     assert not (outside / ".bashrc").exists()
 
 
+def test_running_a_call_whose_path_leads_outside_through_a_link_asks_first(editor):
+    """:SidekickRunTool on a call reading `docs/CHANGELOG.md`: running it was
+    the user's consent to what its text shows, but a link the project carries
+    sends the write to a file outside it. It is asked about first, naming
+    where it goes; declined, nothing runs; agreed, it runs."""
+    outside = editor.workdir.parent / "home"
+    outside.mkdir()
+    (editor.workdir / "docs").mkdir()
+    (editor.workdir / "docs" / "CHANGELOG.md").symlink_to(outside / ".bashrc")
+    editor.setup()
+    screen = Screen(editor)
+    editor.open_chat(
+        chat(call_block("write_file", {"path": "docs/CHANGELOG.md", "content": "x"}, "w"))
+    )
+    before = editor.text()
+    row = before.split("\n").index("```tool write_file id=w") + 1
+    editor.nvim.command(f"call cursor({row}, 1)")
+    editor.nvim.input(":SidekickRunTool\r")
+    dialog = screen.dialog(1)
+    assert f"docs/CHANGELOG.md leads to {outside / '.bashrc'}, outside the working" in dialog
+    editor.nvim.input("c")  # Cancel
+    wait_for(lambda: [n for n in editor.notifications() if "nothing was run" in n])
+    assert editor.text() == before and not (outside / ".bashrc").exists()
+    editor.nvim.input(":SidekickRunTool\r")
+    screen.dialog(2)
+    editor.nvim.input("r")  # Run
+    editor.wait_text("```result id=w status=completed")
+    assert (outside / ".bashrc").read_text() == "x"
+    # a path that shows where it goes is the user's to read: not asked about
+    editor.nvim.command("write")
+    text = chat(call_block("write_file", {"path": "../home/y", "content": "y"}, "v"))
+    editor.open_chat(text, name="second.sidekick.md")
+    editor.run_tool(editor.text().split("\n").index("```tool write_file id=v") + 1)
+    editor.wait_text("```result id=v status=completed")
+    assert (outside / "y").read_text() == "y"
+
+
 def test_the_question_shows_the_whole_command_and_its_line_breaks(editor):
     """A model padded a command with an innocent start: the question showed its
     first 120 characters, newlines drawn as spaces, and hid what the shell runs

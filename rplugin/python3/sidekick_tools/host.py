@@ -157,9 +157,16 @@ class Host:
         }
 
     @rpc.request
-    def rpc_run_tool(self, buf: int, row: int, cwd: str | None = None) -> Any:
+    def rpc_run_tool(
+        self, buf: int, row: int, cwd: str | None = None, confirmed: bool = False
+    ) -> Any:
+        """The call at `row`, then the chain; `{"confirm": question}` when it
+        leads outside the working directory where its text does not show it
+        (asked again with `confirmed` once the user said yes)."""
         cwd = str(cwd) if cwd else self._cwd()
-        return self._run_request(lambda gate: self.calls.run_tool(int(buf), int(row), cwd, gate))
+        return self._run_request(
+            lambda gate: self.calls.run_tool(int(buf), int(row), cwd, gate, bool(confirmed))
+        )
 
     @rpc.request
     def rpc_run_tools(self, buf: int, cwd: str | None = None, ids: Any = None) -> Any:

@@ -87,8 +87,10 @@ class CallRunner:
         loop makes its HTTP client again when its timeouts or tries changed)."""
         self.ctx.config = config
 
-    async def run_tool(self, buf: int, row: int, cwd: str, gate: Any = None) -> dict[str, Any]:
-        return await self.chain.run_tool(buf, row, cwd, gate)
+    async def run_tool(
+        self, buf: int, row: int, cwd: str, gate: Any = None, confirmed: bool = False
+    ) -> dict[str, Any]:
+        return await self.chain.run_tool(buf, row, cwd, gate, confirmed)
 
     async def run_tools(
         self, buf: int, cwd: str, gate: Any = None, ids: Iterable[str] | None = None

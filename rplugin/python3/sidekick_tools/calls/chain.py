@@ -17,7 +17,7 @@ from typing import Any
 
 from ..chat import ToolCall
 from ..tools.base import ToolResult
-from ..tools.policy import judge
+from ..tools.policy import hidden_outside, judge
 from .context import CallContext
 from .execute import CallExecutor, denied, started_by
 from .follow import TaskFollower
@@ -73,11 +73,29 @@ class CallChain:
 
     # -- what the user runs -------------------------------------------------------------
     async def run_tool(
-        self, buf: int, row: int, cwd: str, gate: asyncio.Future[None] | None = None
+        self,
+        buf: int,
+        row: int,
+        cwd: str,
+        gate: asyncio.Future[None] | None = None,
+        confirmed: bool = False,
     ) -> dict[str, Any]:
+        """Run the call at `row`, then the chain after it. A call whose path
+        reads as inside the working directory but leads outside it through a
+        link in the project is not run: the answer is `{"confirm": question}`,
+        and the user's yes runs it (`confirmed`)."""
         mirror, call = await self.marks.call_at(buf, row, "of an ASSISTANT message")
         self.refuse_streaming(buf, mirror, call)
         self.marks.refuse_busy(buf, call)
+        if not confirmed:
+            hidden = await asyncio.to_thread(hidden_outside, call.params, cwd)
+            if hidden:
+                leads = "; ".join(f"{path} leads to {real}" for path, real in hidden)
+                name = f"{call.tool} {call.call_id}" if call.call_id else call.tool
+                return {
+                    "confirm": f"{name}: {leads}, outside the working directory, through "
+                    "a link in the project. Run it?",
+                }
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
             self.marks.refuse_busy(buf, call)  # the chain or the loop took it meanwhile

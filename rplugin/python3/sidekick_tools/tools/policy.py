@@ -118,19 +118,38 @@ async def judge_why(
     return decide_why(tool_name, params, ctx, policy_answer)
 
 
-def outside_note(params: Any, cwd: str) -> str:
-    """For a consent question: where a call's ``path``, ``paths`` or ``cwd``
-    really leads when that is outside ``cwd`` (through ``..``, an absolute path
-    or a symlink in the project), else ""."""
+def _outside(params: Any, cwd: str) -> list[tuple[str, str]]:
+    """Each of a call's ``path``, ``paths`` and ``cwd`` that leads outside
+    ``cwd`` (through ``..``, an absolute path or a symlink in the project),
+    with where it really leads."""
     if not isinstance(params, dict):
-        return ""
+        return []
     paths = params.get("paths")
     named = [params.get("path"), params.get("cwd"), *(paths if isinstance(paths, list) else [])]
     out = []
     for path in named:
         if isinstance(path, str) and path and not _fs.is_inside(path, cwd):
             try:
-                out.append(_fs.real(path, cwd))
+                out.append((path, _fs.real(path, cwd)))
             except (ValueError, OSError):  # a PathError is a ValueError
-                out.append(path)
+                out.append((path, path))
+    return out
+
+
+def outside_note(params: Any, cwd: str) -> str:
+    """For a consent question: where a call's ``path``, ``paths`` or ``cwd``
+    really leads when that is outside ``cwd``, else ""."""
+    out = [real for _, real in _outside(params, cwd)]
     return f" [outside the working directory: {', '.join(out)}]" if out else ""
+
+
+def hidden_outside(params: Any, cwd: str) -> list[tuple[str, str]]:
+    """The paths of a call that read as inside ``cwd`` (relative, no ``..``, no
+    ``~``) but lead outside it through a symlink the project holds, with where
+    they really lead: the call's text does not show it, so running it by hand
+    is no consent to it."""
+
+    def reads_inside(path: str) -> bool:
+        return not path.startswith(("/", "~")) and ".." not in path.replace("\\", "/").split("/")
+
+    return [(path, real) for path, real in _outside(params, cwd) if reads_inside(path)]
