@@ -127,8 +127,11 @@ function M.api_key(name)
     return vim.NIL
   end
   local ok, key = pcall(fn)
-  if not ok or type(key) ~= "string" or key == "" then
-    return vim.NIL -- the host says so (a function's error may hold anything: not shown)
+  if not ok then
+    return { raised = true } -- the host says so (its error may hold anything: not shown)
+  end
+  if type(key) ~= "string" or key == "" then
+    return vim.NIL -- the host says so
   end
   return key
 end

@@ -99,6 +99,15 @@ local function providers_check(providers)
         tostring(name)
       )
     end
+    local url = p.base_url
+    if url ~= nil and (type(url) ~= "string" or not url:lower():match("^https?://[^/%s]")) then
+      return string.format(
+        'chat.providers.%s.base_url must be an http:// or https:// URL, such as "%s", got %s',
+        tostring(name),
+        "http://127.0.0.1:8080/v1",
+        vim.inspect(url)
+      )
+    end
     if p.models ~= nil and not names_list(p.models) then
       return string.format(
         'chat.providers.%s.models must be a list of model names, such as { "gpt-4.1" }',

@@ -257,6 +257,15 @@ def test_a_models_list_must_hold_names(editor):
     assert any("chat.providers.x.models must be a list of model names" in x for x in said), said
 
 
+@pytest.mark.parametrize("url", ["htp:/nonsense", "127.0.0.1:34945/v1", 8080])
+def test_a_base_url_must_be_an_http_url(editor, url):
+    """A base_url with no http:// or https:// was taken, and its first send said
+    "the connection broke before the reply was complete", as if one had been made."""
+    said = setup_errors(editor, {"chat": {"providers": {"x": {"kind": "openai", "base_url": url}}}})
+    want = "chat.providers.x.base_url must be an http:// or https:// URL"
+    assert any(want in line for line in said), said
+
+
 def test_setup_warns_of_a_provider_kind_it_does_not_speak(editor):
     """A misspelt `kind` was said by :checkhealth only: setup() took it, and the
     first sign of it was a send failing. It is a warning (the other providers

@@ -617,6 +617,27 @@ def test_a_reply_reusing_an_earlier_calls_id_never_runs_the_earlier_call(editor,
     assert text_.count("```result id=c1") == 1
 
 
+def test_an_api_key_function_that_raises_is_said_to_have_raised(editor, fake):
+    """The function failed: the user was told it "gave no key: it must return
+    the key as a non-empty string", sent to fix a return value."""
+    editor.lua(
+        "local url, py, state = ...\n"
+        "require('sidekick_tools').setup({ python = py, state_dir = state, chat = {\n"
+        "  model = 'fake/test-model',\n"
+        "  providers = { fake = { kind = 'anthropic', base_url = url,\n"
+        "    api_key = function() error('boom') end } } } })",
+        fake.anthropic_url,
+        sys.executable,
+        str(editor.state_dir),
+    )
+    editor.open_chat("USER: hello\n")
+    send(editor)
+    note = wait_for(lambda: next((n for n in editor.notifications() if "api_key" in n), None), 20)
+    assert "chat.providers.fake.api_key (a function) raised an error" in note, note
+    assert "boom" not in note  # a function's error may hold anything: not shown
+    assert fake.requests == [] and "ASSISTANT:" not in editor.text()
+
+
 def test_send_answers_at_once_and_says_later_problems(editor, fake, kind):
     """:SidekickSend answers before the request is built (a long chat must not
     hold the editor): the model is in the answer; a problem found while

@@ -267,9 +267,12 @@ class NvimPort:
             "return require('sidekick_tools.bridge').policy(...)", tool, params, ctx
         )
 
-    async def lua_api_key(self, provider: str) -> str | None:
-        """An API key a Lua function in the user's config gives (never logged)."""
+    async def lua_api_key(self, provider: str) -> str | bool | None:
+        """An API key a Lua function in the user's config gives (never logged);
+        False when the function raised an error, None when it gave no key."""
         key = await self.lua("return require('sidekick_tools.bridge').api_key(...)", provider)
+        if isinstance(key, dict) and key.get("raised"):
+            return False
         return str(key) if isinstance(key, str) and key else None
 
     # -- a reply streaming into a chat (calls/loop.py) ------------------------------

@@ -62,6 +62,11 @@ async def api_key(port: Any, provider: Any) -> str | None:
     if isinstance(spec, str) and spec.startswith("lua:"):
         # a Lua function in the user's config: Lua calls it, the key comes back
         key = await port.lua_api_key(provider.name)
+        if key is False:
+            raise UserError(
+                f"sidekick_tools: chat.providers.{provider.name}.api_key (a function) raised "
+                "an error; call it yourself to see why"
+            )
         if not key:
             raise UserError(
                 f"sidekick_tools: chat.providers.{provider.name}.api_key (a function) "
