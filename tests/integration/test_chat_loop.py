@@ -906,7 +906,7 @@ def test_a_call_cut_by_the_token_limit_is_answered_as_cut(editor, fake):
     wait_replies(editor, 2)
     sent = json.dumps(fake.requests[1].json)
     assert "Malformed JSON" in sent
-    assert "reached chat.max_tokens and was cut inside this call" in sent
+    assert "reached its token limit (max_tokens) and was cut inside this call" in sent
     assert not (editor.workdir / "a.txt").exists()
 
 

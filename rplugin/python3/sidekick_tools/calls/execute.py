@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 # What a call cut short by the reply's token limit is answered with, after its
 # JSON's problem: the model is told why, and what to do.
 CUT_SHORT = (
-    "\nThe reply reached chat.max_tokens and was cut inside this call's input: write "
-    "it again in smaller parts (a long file in several calls), or raise chat.max_tokens."
+    "\nThe reply reached its token limit (max_tokens) and was cut inside this call's "
+    "input: write it again in smaller parts (a long file in several calls), or raise "
+    "max_tokens (chat.max_tokens, or max_tokens: in the chat's front matter)."
 )
 _CUT_NOTE = re.compile(r"^`{3,}sidekick max_tokens\s*$")
 

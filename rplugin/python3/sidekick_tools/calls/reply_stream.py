@@ -121,7 +121,11 @@ def _note_for(end: StreamEnd, renderer: ReplyRenderer) -> list[str]:
         return note("stopped", "Stopped by the user; what arrived is above.")
     stop = renderer.reply.stop
     if stop is not None and stop.reason == STOP_MAX_TOKENS:
-        return note("max_tokens", "The reply reached chat.max_tokens and was cut there.")
+        return note(
+            "max_tokens",
+            "The reply reached its token limit (max_tokens: chat.max_tokens, or the "
+            "chat's front matter) and was cut there.",
+        )
     return []
 
 
