@@ -315,3 +315,21 @@ def test_a_progress_message_masks_what_the_task_printed():
     task = Task(id="58174a", status=TaskStatus.RUNNING, progress=10, progress_text=f"push {key}")
     message = describe(task)
     assert key not in message and "push ghp_***" in message
+
+
+def test_a_client_that_went_away_is_no_error_of_the_servers():
+    """A client killed during an await closed its pipe: the server's log said
+    "the session ended on an error" with a BrokenPipeError traceback."""
+    from sidekick_tools.mcp.server import client_gone
+
+    class Group(Exception):  # an exception group (anyio's task groups raise them)
+        def __init__(self, *errors: BaseException) -> None:
+            super().__init__("group")
+            self.exceptions = errors
+
+    assert client_gone(BrokenPipeError())
+    assert client_gone(Group(BrokenPipeError(), ConnectionResetError()))
+    assert client_gone(Group(Group(BrokenPipeError())))
+    assert not client_gone(Group(BrokenPipeError(), ValueError()))
+    assert not client_gone(Group())
+    assert not client_gone(RuntimeError("a bug"))

@@ -300,7 +300,10 @@ async def serve(options: Options) -> int:
         if not stopping:
             if isinstance(exc, Exception):
                 # whatever broke the session, its clients' tasks follow kill_on_exit
-                log.exception("MCP server: the session ended on an error")
+                if client_gone(exc):  # killed, or it closed its end: no error of ours
+                    log.info("MCP server: the client went away (its pipe closed)")
+                else:
+                    log.exception("MCP server: the session ended on an error")
                 await finish()
             raise
         # Stopping: the transport may fail meanwhile (a message read after the
@@ -312,3 +315,12 @@ async def serve(options: Options) -> int:
 
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def client_gone(exc: BaseException) -> bool:
+    """`exc` (or every error of an exception group) says the client's end of
+    the pipe closed: the client was killed, or quit without a word."""
+    if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
+        return True
+    inner = getattr(exc, "exceptions", None)
+    return bool(inner) and all(client_gone(e) for e in inner)
