@@ -203,7 +203,7 @@ def _end_note(status: str, reason: str, error: str, started: bool = True) -> str
         return ""
     if reason == "cancelled" and error:
         return f"[cancelled: {error}]"
-    if (reason == "log_limit" or not started) and error:
+    if (reason == "log_limit" or (reason == "host restarted" and not started)) and error:
         return f"[{error}]"
     if reason in _REASONS:
         return f"[{_REASONS[reason]}]"
