@@ -307,3 +307,13 @@ def test_a_secret_after_an_escaped_break_in_json_text_is_masked(text, brk):
     for indent in (None, 2):
         encoded = json.dumps(value, indent=indent)
         assert json.loads(mask(encoded)) == mask_value(value)
+
+
+def test_many_pieces_of_a_known_key_are_masked_in_linear_time():
+    """A provider knows the key it is sent, and streamed a reply made of 16-character
+    pieces of it: each piece masked copied the whole text again (2 MB held the host,
+    and the editor waiting on it, for minutes)."""
+    literal = "sk-ant-api03-" + "Zx9_Qw-8" * 6
+    text = (literal[:16] + " ") * 120_000
+    masked = answers(lambda: mask(text, [literal]), deadline=20)
+    assert masked == (REPLACEMENT + " ") * 120_000

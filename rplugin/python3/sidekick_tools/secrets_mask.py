@@ -226,8 +226,14 @@ def mask_literals(text: str, literals: Iterable[str]) -> str:
         least = min(PIECE, len(literal))
         if "%" in text:  # URL-encoded (any character may be: `-` as `%2D` too)
             text = _ENCODED.sub(lambda m, lit=literal, n=least: _encoded_sub(m, lit, n), text)
-        for lo, hi in reversed(_shared(text, literal, least)):
-            text = text[:lo] + REPLACEMENT + text[hi:]
+        spans = _shared(text, literal, least)
+        if spans:  # one copy of the text, not one per piece (2 MB of pieces: minutes)
+            parts, done = [], 0
+            for lo, hi in spans:
+                parts += (text[done:lo], REPLACEMENT)
+                done = hi
+            parts.append(text[done:])
+            text = "".join(parts)
     return text
 
 
