@@ -547,3 +547,36 @@ def test_a_key_is_masked_once_per_line_not_once_per_frame(monkeypatch):
     assert len(calls) < 3 * frames  # not the 2,000,000 of a whole entry per frame
     text = "\n".join(renderer.lines)
     assert key not in text and text.count("***") == 4
+
+
+async def test_a_costly_frame_leaves_the_host_time_before_the_next(monkeypatch):
+    """A frame that took a second (a hostile reply: a line of megabytes masked
+    again, a million lines) is followed by PACE seconds for each second it took
+    before the next: back to back, such frames held the editor for minutes."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from sidekick_tools.calls import reply_stream
+
+    now = [100.0]
+    monkeypatch.setattr(reply_stream.time, "monotonic", lambda: now[0])
+
+    class Renderer:
+        lines = ["ASSISTANT:"]
+
+        def take(self):
+            now[0] += 1.0  # this frame costs a second
+            return None
+
+    frames = reply_stream.FrameWriter(None, SimpleNamespace(buf=1, mark=1), Renderer())
+    loop = asyncio.get_running_loop()
+    frames.flush()  # at 100, ends at 101
+    frames.soon()
+    wait = frames._handle.when() - loop.time()
+    frames._handle.cancel()
+    # the next frame starts (PACE + 1) s after this one started: PACE s after it ended
+    assert wait == pytest.approx(reply_stream.PACE + 1 - 1.0, abs=0.05)
+    fast = reply_stream.FrameWriter(None, SimpleNamespace(buf=1, mark=1), Renderer())
+    fast.soon()  # no frame yet: at once
+    assert fast._handle.when() - loop.time() == pytest.approx(0, abs=0.05)
+    fast._handle.cancel()

@@ -25,6 +25,11 @@ from ..secrets_mask import mask
 log = logging.getLogger(__name__)
 
 FRAME = 0.016  # seconds: at most one buffer edit per frame while a reply streams
+# A frame that cost t seconds (a reply of a million lines, one line of megabytes
+# masked again) is followed by at least PACE * t seconds of the host's other
+# work: the editor's requests, the stream itself. A hostile reply made frames of
+# seconds back to back, and the editor waited on the host for minutes.
+PACE = 4
 NOTE_FENCE = "sidekick"  # ```sidekick ... blocks: the plugin's notes, never sent
 
 
@@ -144,6 +149,7 @@ class FrameWriter:
         self.renderer = renderer
         self._handle: asyncio.TimerHandle | None = None
         self._last = 0.0
+        self._cost = 0.0  # what the last frame took
         # The region starts as the ASSISTANT: line the send wrote: the renderer's
         # first edit (that line itself) is already in the buffer.
         renderer.take()
@@ -153,16 +159,17 @@ class FrameWriter:
         if self._handle is not None:
             return
         loop = asyncio.get_event_loop()
-        wait = max(0.0, self._last + FRAME - time.monotonic())
+        gap = max(FRAME, (PACE + 1) * self._cost)
+        wait = max(0.0, self._last + gap - time.monotonic())
         self._handle = loop.call_later(wait, self.flush)
 
     def flush(self) -> None:
         self._handle = None
         self._last = time.monotonic()
         edit = self.renderer.take()
-        if edit is None:
-            return
-        self._send(edit)
+        if edit is not None:
+            self._send(edit)
+        self._cost = time.monotonic() - self._last
 
     def _send(self, edit: Edit) -> None:
         expect = self._shown[edit.start_row]

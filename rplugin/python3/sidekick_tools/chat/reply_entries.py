@@ -133,6 +133,18 @@ class TextEntry:
         if not self._done:
             self._started = False
 
+    @property
+    def settled(self) -> int:
+        """How many first lines of `render()` stay as they are until the end:
+        the complete lines, but the blank ones at their end (the end drops
+        those, and may close a fence where they stood)."""
+        if self.ended:
+            return 0
+        n = len(self._done)
+        while n and not self._done[n - 1].strip():
+            n -= 1
+        return n
+
     def render(self) -> list[str]:
         if self.ended:
             return self._done

@@ -135,6 +135,10 @@ class ReplyRenderer:
         # each line masked in the last flush, with its masked form: an entry is
         # rendered whole each frame, its unchanged lines are not masked again
         self._masked: dict[str, str] = {}
+        # a text entry's masked lines, by entry, and how many of them it had
+        # settled then: those are taken as they are, not looked up line by line
+        # (a reply of a million lines cost a million lookups a frame)
+        self._settled: dict[int, tuple[int, list[str]]] = {}
 
     def feed(self, delta: Delta) -> None:
         index = self.reply.feed(delta)
@@ -180,7 +184,7 @@ class ReplyRenderer:
                 continue
             rendered = entry.render()
             if self._secrets and entry.kind in _MASKED:
-                rendered = [self._mask(line, known) for line in rendered]
+                rendered = self._masked_lines(entry, rendered, known)
             if first_visible:
                 first_visible = False
                 if entry.kind == "text" and not rendered[0].startswith("`"):
@@ -192,6 +196,23 @@ class ReplyRenderer:
             out.extend(rendered)
         self._lines = out
         self._dirty = None
+
+    def _masked_lines(self, entry: Any, rendered: list[str], known: dict[str, str]) -> list[str]:
+        settled, masked = self._settled.get(id(entry), (0, []))
+        fresh = rendered[settled:]
+        if len(fresh) > 8 and not any("\n" in secret for secret in self._secrets):
+            # many new lines (a frame of a fast stream) in one call: no piece of
+            # a key is found across a line break, so the lines come back as many
+            done = mask_literals("\n".join(fresh), self._secrets).split("\n")
+        else:
+            done = [self._mask(line, known) for line in fresh]
+        out = masked[:settled] + done
+        now = getattr(entry, "settled", 0)
+        if now:
+            self._settled[id(entry)] = (now, out)
+        else:
+            self._settled.pop(id(entry), None)
+        return out
 
     def _mask(self, line: str, known: dict[str, str]) -> str:
         masked = known.get(line)
