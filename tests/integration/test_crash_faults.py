@@ -312,3 +312,34 @@ def test_a_second_neovim_writes_the_end_once_the_neovim_that_ran_it_is_gone(edit
     text = b.wait_text(end, timeout=30)
     assert text.count("```result id=w1") == 1 and text.count("USER: [sidekick task") == 1, text
     assert b.wait_diag(4, "✓" if how != "quits" else "⊘", timeout=20)
+
+
+def test_a_second_neovim_leaves_an_end_the_first_wrote_to_the_file(editors):
+    """A wrote w1's end and its notice, the user typed on, A saved and quit. B,
+    whose buffer still shows the running block, does not write that end again
+    into its older text (saving B would have dropped A's new line): it says
+    that the other Neovim wrote it, and that reloading shows it."""
+    a, b = editors(), editors()
+    gate = a.workdir / "gate"
+    for ed in (a, b):
+        ed.setup(tasks={"hybrid_threshold": 0.2})
+    a.open_chat(HEAD + call("w1", f"while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"))
+    a.run_tool(5)
+    text = a.wait_text("```result id=w1 status=running task=")
+    token = text.split("task=")[1].split()[0]
+    a.nvim.command("write")
+    b.lua("return require('sidekick_tools').list_tasks()")  # B's host is up
+    b.nvim.command(f"edit {a.workdir / 'chat.sidekick.md'}")
+    b.wait_diag(4, "⟳", timeout=20)
+    before = b.text()
+    gate.touch()
+    a.wait_text(f"USER: [sidekick task {token} completed]")
+    a.lua("vim.api.nvim_buf_set_lines(0, -1, -1, false, {'USER: and now the next question'})")
+    a.nvim.command("write")
+    quit_nvim(a)
+    diag = b.wait_diag(4, "✓", timeout=30)
+    assert "wrote its result" in diag["message"] and ":e" in diag["message"], diag
+    assert b.text() == before and not b.lua("return vim.bo.modified")
+    b.nvim.command("edit")  # and reloading shows it, once
+    body = b.text()
+    assert body.count("```result id=w1") == 1 and "and now the next question" in body

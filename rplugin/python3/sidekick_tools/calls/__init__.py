@@ -63,11 +63,18 @@ class CallRunner:
         self._reattaching: set[int] = set()
         self.scan.on_running_block = self._reattach_soon
         self.follower.reopen = lambda buf: self._reattach_soon(buf, reloaded=True)
+        self.follower.written_elsewhere = self._written_elsewhere
         self.scan.on_scanned = self.follower.text_settled
         self.scan.on_id_lost = self._give_id_back
         self.scan.streaming = self.loop.streaming
         self.loop.on_reply_end = lambda buf: self.scan.schedule(buf, delay=0)
         port.on_buffer_gone = self._buffer_gone
+
+    def _written_elsewhere(self, buf: int, call_id: str, state: tuple[str, str]) -> None:
+        """A running block here whose end the Neovim that ran it wrote (and is
+        gone): shown as ended, with where its result is."""
+        self.scan.unfollowed.setdefault(buf, {})[call_id] = state
+        self.scan.schedule(buf, delay=0)
 
     def _buffer_gone(self, buf: int, name: str) -> None:
         self.follower.elsewhere.pop(buf, None)

@@ -46,10 +46,15 @@ class TaskFollower:
         # here, in the order their tasks ended, and follow those results.
         self.waiting: dict[int, list[list[str]]] = {}
         # Running blocks of chats open here whose task another Neovim runs, and
-        # writes the end of, by buffer: their tokens. Once that Neovim is gone
-        # nobody will: `reopen(buf)` follows the chat's running blocks anew.
-        self.elsewhere: dict[int, set[str]] = {}
+        # writes the end of, by buffer: their tokens, and their calls. Once that
+        # Neovim is gone: an end it wrote is said to be in the file (`written_
+        # elsewhere(buf, call_id, state)`), never written into this older text
+        # again; else nobody will write it: `reopen(buf)` follows them anew.
+        self.elsewhere: dict[int, dict[str, str]] = {}
         self.reopen: Callable[[int], None] = lambda _buf: None
+        self.written_elsewhere: Callable[[int, str, tuple[str, str]], None] = (
+            lambda _buf, _call, _state: None
+        )
         self._looking_elsewhere = False
         ctx.tasks.subscribe(self.on_task_event)
 
@@ -218,7 +223,7 @@ class TaskFollower:
                     # writes its result (here, reloading the file shows it)
                     why = f"task {token} runs in another Neovim, which writes its result"
                     unfollowed[call.call_id] = ("running", why)
-                    self.elsewhere.setdefault(buf, set()).add(token)
+                    self.elsewhere.setdefault(buf, {})[token] = call.call_id or ""
                     self._look_elsewhere()
                     continue
                 await self.ctx.tasks.adopt_if_orphaned(task)  # its owner died: taken over here
@@ -252,12 +257,24 @@ class TaskFollower:
             while self.elsewhere:
                 await asyncio.sleep(ELSEWHERE_POLL)
                 gone: dict[str, bool] = {}
-                for buf, tokens in list(self.elsewhere.items()):
+                for buf, calls in list(self.elsewhere.items()):
                     if self.ctx.port.mirrors.get(buf) is None:
                         continue  # closed, or read anew: opening it looks again
-                    tasks = [self.ctx.tasks.get(token) for token in tokens]
-                    if any(t is None or owner_gone(t.owner, gone) for t in tasks):
-                        self.elsewhere.pop(buf, None)
+                    tasks = {token: self.ctx.tasks.get(token) for token in calls}
+                    if all(t is not None and not owner_gone(t.owner, gone) for t in tasks.values()):
+                        continue
+                    del self.elsewhere[buf]
+                    unwritten = False
+                    for token, task in tasks.items():
+                        if task is not None and task.terminal and task.delivered:
+                            why = (
+                                f"task {token} ended in another Neovim, which wrote its "
+                                "result: :e shows it"
+                            )
+                            self.written_elsewhere(buf, calls[token], (task.status.value, why))
+                        else:
+                            unwritten = True
+                    if unwritten:
                         self.reopen(buf)
         finally:
             self._looking_elsewhere = False
