@@ -33,19 +33,20 @@ for _, buf in ipairs(vim.api.nvim_list_bufs()) do
   end
 end
 
--- The commands work in any buffer: a chat under another name, read with
--- modelines on, gets them off when its text holds result blocks (Neovim reads
--- the modelines after BufReadPost).
+-- The commands work in any buffer: a chat under another name gets modelines
+-- off when it is read (Neovim reads them after BufReadPost), also one read
+-- while the plugin loads lazily.
 vim.api.nvim_create_autocmd("BufReadPost", {
   group = group,
   callback = function(ev)
-    if vim.bo[ev.buf].modeline and vim.o.modelines > 0 then
-      if require("sidekick_tools.chats").holds_results(ev.buf) then
-        vim.bo[ev.buf].modeline = false
-      end
-    end
+    require("sidekick_tools.chats").guard_modeline(ev.buf)
   end,
 })
+for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+  if vim.api.nvim_buf_is_loaded(buf) then
+    require("sidekick_tools.chats").guard_modeline(buf)
+  end
+end
 
 -- A chat opened: its keys, and a running host shows its calls' states (nothing runs).
 vim.api.nvim_create_autocmd({ "BufReadPost", "BufNewFile" }, {

@@ -81,6 +81,9 @@ function M.apply(buf, tick, edits, placed, anchors)
   for _, m in ipairs(anchors or {}) do
     marks.place(buf, m[1], m[2])
   end
+  -- a buffer the host writes into is a chat, whatever its name: nothing
+  -- written into it reads as a modeline (shown in a window again, say)
+  vim.bo[buf].modeline = false
   -- The user typing in this chat: these lines would join their typing's undo
   -- step (one `u` would take back the results with it, and the calls would
   -- read as never run).

@@ -73,15 +73,41 @@ end
 -- 240 KB line of them freeze the editor for two minutes when opened.
 local RUNNING_BLOCK = [[\%#=1\m\C^`\{3,}result\s\%(.*\<status=running\>\)\@>.*\stask=\x]]
 
--- A result block's first line, as the plugin writes it: "```result id=X".
-local RESULT_BLOCK = [[\%#=1\m\C^`\{3,}result\s\+id=]]
+-- A line only a chat has: a tool call's or a result's fence, an ASSISTANT: line.
+local CHAT_LINE = [[\%#=1\m\C^\%(`\{3,}\%(result\|tool\)\s\|ASSISTANT:\)]]
 
---- Does the buffer's text hold a result block (a chat, under any name)?
+-- Whether a line Neovim reads modelines from (the first and last 'modelines')
+-- looks like one ("vi:", "vim:", "Vim:", "ex:"; more often than Neovim does).
+local function modeline_lines(buf)
+  local n, count = vim.o.modelines, vim.api.nvim_buf_line_count(buf)
+  local lines = vim.api.nvim_buf_get_lines(buf, 0, math.min(n, count), false)
+  if count > n then
+    vim.list_extend(lines, vim.api.nvim_buf_get_lines(buf, math.max(n, count - n), count, false))
+  end
+  for _, line in ipairs(lines) do
+    if line:find("[vV]im?[<=>]?%d*:") or line:find("ex:") then
+      return true
+    end
+  end
+  return false
+end
+
+--- A chat under another name than *.sidekick.md (the commands work in any
+--- buffer) gets 'modeline' off: what a model or a tool wrote into it must not
+--- act on the editor. Looked at only when a modeline could apply: modelines
+--- on, and a line they are read from that looks like one (a large file is not
+--- searched for nothing).
 ---@param buf integer
-function M.holds_results(buf)
-  return vim.api.nvim_buf_call(buf, function()
-    return vim.fn.search(RESULT_BLOCK, "ncw") > 0
+function M.guard_modeline(buf)
+  if not vim.bo[buf].modeline or vim.o.modelines <= 0 or not modeline_lines(buf) then
+    return
+  end
+  local chat = vim.api.nvim_buf_call(buf, function()
+    return vim.fn.search(CHAT_LINE, "ncw") > 0
   end)
+  if chat then
+    vim.bo[buf].modeline = false
+  end
 end
 
 --- Does the chat's text name a running task?

@@ -199,6 +199,7 @@ local function slipped(buf, mark)
 end
 
 function M.open(buf, mark, row)
+  vim.bo[buf].modeline = false -- what the model writes must not act on the editor
   -- the send has just written the ASSISTANT: line: the reply's text joins that step
   edited_at[buf] = vim.api.nvim_buf_get_changedtick(buf)
   place(buf, mark, row, row)

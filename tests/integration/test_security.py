@@ -84,6 +84,42 @@ def test_a_chat_under_another_name_gets_no_modeline_from_its_results(editor):
     assert editor.lua("return vim.bo.textwidth") == 7
 
 
+@pytest.mark.parametrize("how", ["lazily loaded", "reply text only", "shown again"])
+def test_a_chat_under_another_name_gets_no_modeline_however_it_is_opened(editor, how):
+    """notes.md, a chat: read while the plugin loads lazily (the BufReadPost
+    that looks was made during that very read); holding a model's text alone
+    (no result block yet); shown again in the session that wrote into it (a
+    window takes a modeline's window options when it shows the buffer)."""
+    editor.nvim.command("set modeline modelines=5 hidden")  # a user who has them on
+    path = editor.workdir / "notes.md"
+    if how == "lazily loaded":
+        path.write_text(HEAD + "```result id=x status=completed\nvim: set tw=7 :\n```\n")
+        editor.lua(
+            "vim.api.nvim_del_augroup_by_name('sidekick_tools')\n"
+            "vim.g.loaded_sidekick_tools = nil\n"
+            "vim.api.nvim_create_autocmd('FileType', { pattern = 'markdown', once = true,\n"
+            "  callback = function() vim.cmd('runtime plugin/sidekick_tools.lua') end })"
+        )
+        editor.nvim.command(f"edit {path}")
+        assert editor.lua("return vim.g.loaded_sidekick_tools") is True
+    elif how == "reply text only":
+        path.write_text("USER: hi\n\nASSISTANT: here it is\nvim: set tw=7 :\n\nUSER: \n")
+        editor.nvim.command(f"edit {path}")
+    else:
+        editor.setup()
+        cmd = "printf 'vim: set list tw=7 :\\n'"
+        editor.open_chat(HEAD + call("m", "run_terminal_command", {"command": cmd}), name="notes.md")
+        editor.run_tool(5)
+        editor.wait_text("```result id=m status=completed exit=0")
+        other = editor.workdir / "other.txt"
+        other.write_text("x\n")
+        editor.nvim.command(f"edit {other}")
+        editor.nvim.command(f"edit {path}")
+        assert editor.lua("return vim.wo.list") is False
+    assert editor.lua("return vim.bo.textwidth") == 0
+    assert editor.lua("return vim.bo.modeline") is False
+
+
 def test_a_chat_read_while_the_plugin_loads_lazily_gets_no_modeline(editor):
     """Loaded by filetype (lazy.nvim's `ft = "markdown"`, as the README shows),
     the plugin came while the first chat was being read: its BufReadPre, which
