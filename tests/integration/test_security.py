@@ -108,7 +108,8 @@ def test_a_chat_under_another_name_gets_no_modeline_however_it_is_opened(editor,
     else:
         editor.setup()
         cmd = "printf 'vim: set list tw=7 :\\n'"
-        editor.open_chat(HEAD + call("m", "run_terminal_command", {"command": cmd}), name="notes.md")
+        text = HEAD + call("m", "run_terminal_command", {"command": cmd})
+        editor.open_chat(text, name="notes.md")
         editor.run_tool(5)
         editor.wait_text("```result id=m status=completed exit=0")
         other = editor.workdir / "other.txt"
