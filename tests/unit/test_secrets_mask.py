@@ -45,6 +45,9 @@ def test_key_formats_keep_their_prefix(secret, masked):
         "{'max_tokens': 5, 'name': 'token'}",
         "<token_count>5</token_count> don't 'x'",
         "see http://:8080/ and <a>b</a>",
+        "tokens.filter(token => token.key.indexOf(id) === 0)",  # an arrow function
+        "kind = useOauth ? 'token' : 'password'",  # a ternary, no field
+        "if password == other_password:",
         "",
     ],
 )
@@ -94,6 +97,9 @@ def test_assignments_mask_the_value_only():
         ('{"api_token" => "abc", "n" => "1"}', '{"api_token" => "***", "n" => "1"}'),
         ('password => "Hunter2"', 'password => "***"'),
         ("<s><password>Hunter2</password></s>", "<s><password>***</password></s>"),
+        ("{b'password': b'Hunter2'}", "{b'password': b'***'}"),  # redis-py, Python 2
+        ("{u'password': u'Hunter2'}", "{u'password': u'***'}"),
+        ('{"password"=>"Hunter2"}', '{"password"=>"***"}'),  # Ruby's Hash#inspect
         # escaped JSON whose secret holds the inner JSON's own escapes
         (
             '{"c": "{\\"accessToken\\": \\"a\\\\\\\\b\\\\\\"c\\", \\"n\\": \\"1\\"}"}',
@@ -295,18 +301,32 @@ AFTER_A_BREAK = [
     "'password': 'hunter2secret'",
     "<password>hunter2secret</password>",
     "redis://:hunter2secret@db",
+    '{"password"=>"hunter2secret"}',
+    'password => "hunter2secret"',
+    "{'password': \"it's-hunter2secret\"}",
 ]
 
 
+# what each of AFTER_A_BREAK must not show
+SENSITIVE = [secret for secret, _ in SECRETS] + ["eyJhbGciOiJIUzI1NiJ9", "S3cretPw", "hunter2"]
+
+
 @pytest.mark.parametrize("text", AFTER_A_BREAK)
-@pytest.mark.parametrize("brk", ["\n", "\r\n", "\t", "\f", "\b"])
+# an escaped break, tab, form feed or backspace; another control character, or a
+# character JSON text writes as \uXXXX (ensure_ascii)
+@pytest.mark.parametrize("brk", ["\n", "\r\n", "\t", "\f", "\b", "\x0b", "\u201c", "\xa0"])
 def test_a_secret_after_an_escaped_break_in_json_text_is_masked(text, brk):
     import json
 
     value = {"output": f"first line{brk}{text}", "more": [f"x{brk}{text}{brk}end"]}
     for indent in (None, 2):
         encoded = json.dumps(value, indent=indent)
-        assert json.loads(mask(encoded)) == mask_value(value)
+        decoded = json.loads(mask(encoded))
+        shown = json.dumps(decoded, ensure_ascii=False)
+        assert not [x for x in SENSITIVE if x in shown], shown  # no secret is left
+        if brk.isascii():  # and it is masked alike (a bare value after a
+            # character written \uXXXX runs on over it in the text itself)
+            assert decoded == mask_value(value)
 
 
 def test_many_pieces_of_a_known_key_are_masked_in_linear_time():

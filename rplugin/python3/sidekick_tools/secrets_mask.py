@@ -37,9 +37,11 @@ _TOKEN_PATTERNS = (
 )
 _KEEP_GROUPS = [f"keep{i}" for i in range(len(_TOKEN_PATTERNS))]
 # Where a secret may start: not inside a word, or right after an escaped line
-# break, tab, form feed or backspace of JSON text (a task tool's answer holds output lines as "\n"):
-# the escape's letter is no word the secret goes on.
-_ESCAPE = r"(?<=\\[nrtfb])"
+# break, tab, form feed or backspace of JSON text (a task tool's answer holds
+# output lines as "\n"), or any `\uXXXX` escape (another control character, or
+# any non-ASCII one: JSON text may be ASCII only): the escape's last letter or
+# digit is no word the secret goes on.
+_ESCAPE = r"(?:(?<=\\[nrtfb])|(?<=\\u[0-9A-Fa-f]{4}))"
 _OUTSIDE_A_WORD = rf"(?:(?<![A-Za-z0-9_\-])|{_ESCAPE})"
 # A token that runs to the end of its line may go on over the next ones, cut
 # by a width (`fold`, base64 wrapping, a narrow log): each following line that
@@ -94,8 +96,14 @@ _NAME = r"(?:password|passwd|token|secret|api_?key|secret_?(?:access_?)?key|priv
 # a backslash, so masking JSON text (an escaped quote) keeps it valid JSON, and
 # at a control character, as it stops at that character's escape in JSON text.
 _ASSIGNMENT = re.compile(
-    rf"(?i)({_NAME}\s*=>?\s*)"
-    r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\&;,\x00-\x1f]+)"
+    rf"(?i)({_NAME}\s*=(?![=>])\s*)"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|\\\"[^\"\\\n]*\\\"|[^\s\"'\\&;,\x00-\x1f]+)"
+)
+# PHP's and Ruby's `password => "…"`: a quoted value only (`token => token.key`
+# is JavaScript's arrow function, no value); in JSON text its quotes escaped.
+_ARROW = re.compile(
+    rf"(?i)({_NAME}\s*=>\s*)"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|\\\"[^\"\\\n]*\\\")"
 )
 
 # The JSON form: a quoted name holding one of the words ("password",
@@ -116,9 +124,12 @@ _SECRET_WORD = re.compile(rf"(?i){_NAME}$")  # the name ends so, as for `=`
 # form is `_JSON_FIELD`'s). As there, the name is matched whole and looked at
 # afterwards (`_named_sub`); the value runs to its closing quote on its line
 # (an escaped quote of JSON text, `\"`, is in it; an escaped break ends it).
-_QUOTED_FIELD = re.compile(
-    rf"(?:(?<!\w)|{_ESCAPE})((['\"])([\w\-.]+)\2\s*(?::|=>)\s*(['\"]))"
-    r"((?:(?!\4)[^\n\\]|\\[^nrtfb])*)(?=\4)"
+_QUOTED_VALUE = r"((?:(?!\4)(?:[^\n\\]|\\[^nrtfb]))*)(?=\4)"
+_QUOTED_FIELD = re.compile(  # `'password': …` (a name in double quotes is JSON's)
+    rf"(?:(?<!\w)|{_ESCAPE})([bu]?(')([\w\-.]+)\2:\s*[bu]?(\\?['\"]))" + _QUOTED_VALUE
+)
+_QUOTED_ARROW = re.compile(  # `'password' => …`, `"password"=>…`, in JSON text `\"…\"`
+    rf"(?:(?<!\w)|{_ESCAPE})([bu]?(\\?['\"])([\w\-.]+)\2\s*=>\s*[bu]?(\\?['\"]))" + _QUOTED_VALUE
 )
 
 # The XML form: `<password>…</password>` (Maven's settings.xml), one line.
@@ -183,8 +194,9 @@ def _mask_pem_tails(text: str) -> str:
 
 def _assignment_sub(match: re.Match[str]) -> str:
     value = match.group(2)
-    if value[:1] in "\"'":
-        return f"{match.group(1)}{value[0]}{REPLACEMENT}{value[0]}"
+    quote = value[:2] if value.startswith('\\"') else value[:1]
+    if quote and quote in ('"', "'", '\\"'):
+        return f"{match.group(1)}{quote}{REPLACEMENT}{quote}"
     return match.group(1) + REPLACEMENT
 
 
@@ -193,10 +205,14 @@ def _value_sub(match: re.Match[str]) -> str:
 
 
 def _named_sub(match: re.Match[str]) -> str:
-    """A `_QUOTED_FIELD` or `_XML_FIELD` match: its value masked when its name
-    (group 3 or 2) ends in one of the words."""
-    name = match.group(3) if match.re is _QUOTED_FIELD else match.group(2)
-    return _value_sub(match) if _SECRET_WORD.search(name) else match.group(0)
+    """A `_QUOTED_FIELD`, `_QUOTED_ARROW` or `_XML_FIELD` match: its value
+    masked when its name (group 3 or 2) ends in one of the words; another
+    quoted field's value may hold such fields itself (a dict's repr in it)."""
+    if match.re is _XML_FIELD:
+        return _value_sub(match) if _SECRET_WORD.search(match.group(2)) else match.group(0)
+    if _SECRET_WORD.search(match.group(3)):
+        return _value_sub(match)
+    return match.group(1) + match.re.sub(_named_sub, match.group(5))
 
 
 def _json_sub(match: re.Match[str]) -> str:
@@ -293,8 +309,12 @@ def mask(text: str, literals: Iterable[str] = ()) -> str:
         text = _TOKENS.sub(_token_sub, text)
     if "=" in text:
         text = _ASSIGNMENT.sub(_assignment_sub, text)
-    if "'" in text or "=>" in text:
+        if "=>" in text:
+            text = _ARROW.sub(_assignment_sub, text)
+    if "'" in text:
         text = _QUOTED_FIELD.sub(_named_sub, text)
+    if "=>" in text:
+        text = _QUOTED_ARROW.sub(_named_sub, text)
     if "</" in text:
         text = _XML_FIELD.sub(_named_sub, text)
     if ":" in text:
