@@ -708,3 +708,9 @@ def test_progress_is_the_latest_marker_whichever_stream_is_read(tmp_path):
     log.write_text("no marker in the log's tail\n")  # then the record
     got = task_output.progress_of(task, "", str(log))
     assert (got["percent"], got["step"]) == (41, "step 5")
+    # a reader far behind has an older marker in what it read: the record wins
+    got = task_output.progress_of(task, "[PROGRESS:10] fetching", str(log))
+    assert (got["percent"], got["step"]) == (41, "step 5")
+    none = SimpleNamespace(progress=None, progress_text=None)  # no record yet
+    got = task_output.progress_of(none, "[PROGRESS:10] fetching", str(log))
+    assert (got["percent"], got["step"]) == (10, "fetching")

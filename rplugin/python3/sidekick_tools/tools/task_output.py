@@ -176,14 +176,17 @@ def _last_progress(text: str) -> Any:
 
 
 def progress_of(task: Any, text: str, log_path: str | None) -> dict[str, Any] | None:
-    """The latest progress marker: the last in the end of stdout's log, else in
-    the text just read, else the task's recorded progress. The record is the
-    engine's periodic scan, a tick behind: a read of stdout that found a newer
-    marker, then a read of stderr, said two progresses, the later one older."""
+    """The latest progress marker: the last in the end of stdout's log, else
+    the task's recorded progress, else the last in the text just read. The
+    record is the engine's periodic scan, a tick behind: a read of stdout that
+    found a newer marker, then a read of stderr, said two progresses, the later
+    one older; and a reader far behind has only old markers in what it read."""
     percent = task.progress
     step = task.progress_text
     tail = _tasks.tail_text(log_path, max_lines=10_000, max_bytes=PROGRESS_TAIL)
-    marker = _last_progress(tail) or _last_progress(text)
+    marker = _last_progress(tail)
+    if marker is None and percent is None and not step:
+        marker = _last_progress(text)
     if marker is not None:
         percent, step = marker.percent, marker.text
     if percent is None and not step:
