@@ -174,18 +174,21 @@ local function relocate(buf, mark)
   return false
 end
 
+-- How far down a region's ASSISTANT: line is looked for when its first row
+-- is no longer it.
+local SLIP_ROWS = 16
+
 --- Lines opened above the reply's ASSISTANT: line (`O` on it) land inside its
 --- region, whose mark stays at the start of the row it was on. The region
 --- starts again at its ASSISTANT: line when that line, as the host left it,
---- is further down, with at least as many rows from there as the reply has.
+--- is a little further down (rows of the reply may have been deleted too).
 local function slipped(buf, mark)
   local k = known[mark]
   local first, last = M.rows(buf, mark)
-  local extra = k and first and (last - first + 1) - k.rows or 0
-  if extra <= 0 then
+  if not k or not first or last == first then
     return false
   end
-  local top = vim.api.nvim_buf_get_lines(buf, first, first + extra + 1, false)
+  local top = vim.api.nvim_buf_get_lines(buf, first, math.min(last, first + SLIP_ROWS) + 1, false)
   if top[1] == k.header then
     return false
   end

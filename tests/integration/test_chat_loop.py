@@ -825,6 +825,14 @@ USER_EDITS = {
         "vim.api.nvim_win_set_cursor(0, {r + 1, 0})\nvim.cmd('normal! OABOVE')",
         lambda rows: rows[:2] + ["ABOVE"] + rows[2:],
     ),
+    # that, and a row of the reply deleted (the region has as many rows as the
+    # reply): the reply is written once, the row taken away written again
+    "line above, a row deleted": (
+        "ASSISTANT: " + REPLY_ROWS[0],
+        "vim.api.nvim_win_set_cursor(0, {r + 1, 0})\nvim.cmd('normal! OABOVE')\n"
+        "vim.api.nvim_buf_set_lines(0, r + 3, r + 4, false, {})",
+        lambda rows: rows[:2] + ["ABOVE"] + rows[2:],
+    ),
 }
 
 
