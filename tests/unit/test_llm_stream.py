@@ -362,3 +362,69 @@ def test_retry_after_forms():
     assert retry_after({}) is None
     assert retry_after({"retry-after": "soon"}) is None
     assert 0 <= retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) < 1
+
+
+async def _drip_server(mode: str):
+    """A loopback server that drips, one byte each 0.05 s: an HTTP 500's body
+    ("errbody"), or the response's headers ("headers")."""
+
+    async def handle(reader, writer):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            (
+                int(x.split(b":")[1])
+                for x in head.split(b"\r\n")
+                if x.lower().startswith(b"content-length:")
+            ),
+            0,
+        )
+        await reader.readexactly(length)
+        try:
+            if mode == "errbody":
+                writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 65536\r\n\r\n")
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\n")
+            while True:
+                await writer.drain()
+                await asyncio.sleep(0.05)
+                writer.write(b" " if mode == "errbody" else b"X")
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+@pytest.mark.parametrize("mode", ["errbody", "headers"])
+async def test_a_dripped_answer_times_out(mode):
+    """A byte each 0.05 s never let a read wait for the read timeout, so an
+    error's body, or the headers, dripped for ever: the reply stayed
+    "still streaming" for days. Each comes within the read timeout, whole."""
+    server = await _drip_server(mode)
+    port = server.sockets[0].getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    lines = ["---", "model: anthropic/fake-model", "---", "USER: hi"]
+    cfg = {"providers": {"anthropic": {"kind": "anthropic", "base_url": base}}}
+    request = build_request(lines, cfg, REGISTRY.values())
+    try:
+        result = collect(request, timeouts=Timeouts(connect=5, read=0.5), max_attempts=1)
+        _, _, error = await asyncio.wait_for(result, timeout=20)
+    finally:
+        server.close()
+    if mode == "errbody":
+        assert isinstance(error, ProviderError) and error.status == 500, error
+    else:
+        assert isinstance(error, StreamError) and error.kind == "timeout", error
+        assert "headers within 5.5 s" in error.message  # connect + read
+
+
+async def test_a_providers_error_message_is_said_cut_to_a_length():
+    """An error event whose message was 11 MB went whole into the chat's note
+    and a notification."""
+    from sidekick_tools.llm.stream import ERROR_CHARS
+
+    script = [reply("so far", stream_error("server_error", "x" * 1_000_000))]
+    async with FakeProvider(script) as fake:
+        _, _, error = await collect(request_for(fake, "openai"))
+    assert isinstance(error, ProviderError)
+    assert len(error.message) < ERROR_CHARS + 200
+    assert error.message.endswith("characters more)")

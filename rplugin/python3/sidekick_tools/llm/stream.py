@@ -23,6 +23,7 @@ No message raised here holds the key: the server's words are masked with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import random
 import sys
@@ -214,11 +215,26 @@ class ChatClient:
         lib = httpx()
         where = request.provider.name
         try:
-            async with client.stream(
-                "POST", request.http.url, headers=headers, content=request.http.body
-            ) as response:
+            async with contextlib.AsyncExitStack() as stack:
+                # the answer's head within the read timeout, whole: httpx times
+                # each read, and a byte each few seconds kept it waiting for days
+                opening = stack.enter_async_context(
+                    client.stream(
+                        "POST", request.http.url, headers=headers, content=request.http.body
+                    )
+                )
+                try:
+                    response = await asyncio.wait_for(
+                        opening, self.timeouts.connect + self.timeouts.read
+                    )
+                except asyncio.TimeoutError:
+                    raise StreamError(
+                        f"{where} did not finish sending its headers within "
+                        f"{self.timeouts.connect + self.timeouts.read:g} s: the reply timed out",
+                        kind="timeout",
+                    ) from None
                 if response.status_code >= 400:
-                    raise await self._status_error(request, response, literals)
+                    raise await self._status_error(request, response, literals, self.timeouts.read)
                 decoder = request.kind.decoder()
                 sse = SSEDecoder()
                 head = b""  # the body's start, to quote when it is no event stream
@@ -289,32 +305,55 @@ class ChatClient:
             return decoder.decode(event)
         except ProviderError as error:
             raise ProviderError(
-                mask(error.message, literals),
+                _cut(mask(error.message, literals)),
                 status=error.status,
                 error_type=error.error_type,
                 retry_after=error.retry_after,
             ) from None
         except StreamError as error:
-            raise StreamError(mask(error.message, literals), error.kind) from None
+            raise StreamError(_cut(mask(error.message, literals)), error.kind) from None
 
     @staticmethod
-    async def _status_error(request: ChatRequest, response: Any, literals: tuple) -> ProviderError:
+    async def _status_error(
+        request: ChatRequest, response: Any, literals: tuple, within: float
+    ) -> ProviderError:
+        """The provider's error, from as much of its body (64 KiB at most) as
+        comes within `within` seconds: dripped, it never ended."""
         body = b""
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if len(body) >= _ERROR_BODY_LIMIT:
-                break
+
+        async def read() -> None:
+            nonlocal body
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) >= _ERROR_BODY_LIMIT:
+                    break
+
+        try:
+            await asyncio.wait_for(read(), within)
+        except asyncio.TimeoutError:
+            pass  # what came is what is said
         status = response.status_code
         error_type, message = request.kind.error_of(status, body)
         if not message:
             message = body[:300].decode("utf-8", "replace").strip() or response.reason_phrase
-        detail = f"{message} ({error_type})" if error_type else message
+        detail = _cut(f"{message} ({error_type})" if error_type else message)
         return ProviderError(
             mask(f"{request.provider.name} answered HTTP {status}: {detail}", literals),
             status=status,
             error_type=error_type,
             retry_after=retry_after(response.headers),
         )
+
+
+# The most of a provider's error message that is said (a note in the chat, a
+# notification): a hostile one sent 11 MB in one.
+ERROR_CHARS = 2000
+
+
+def _cut(text: str) -> str:
+    if len(text) <= ERROR_CHARS:
+        return text
+    return f"{text[:ERROR_CHARS]}… ({len(text) - ERROR_CHARS} characters more)"
 
 
 async def stream_reply(
