@@ -103,3 +103,28 @@ async def test_a_task_that_ends_while_its_call_is_taken_up_gets_its_final_block(
     assert not more
     assert (tracked.call_id, result.status, result.fields["exit"]) == ("k2", "failed", 5)
     assert any(TOKEN in line and "failed" in line for line in notice)
+
+
+async def test_a_gone_neovims_blocks_wait_for_a_look_under_way():
+    """The Neovim that ran a chat's task is gone while a look at the chat is
+    under way (begun while it ran: it leaves the block that Neovim's). The
+    chat is looked at again once that look is over, not never."""
+    from sidekick_tools.calls import CallRunner
+
+    from tests.conftest import until
+
+    reopened: list[int] = []
+
+    class Runner:
+        _reattaching = {7}
+
+        def _reattach_soon(self, buf: int, reloaded: bool = False) -> None:
+            reopened.append(buf)
+
+        _reopen = CallRunner._reopen
+
+    runner = Runner()
+    runner._reopen(7)
+    assert reopened == []  # a look is under way
+    Runner._reattaching = set()
+    await until(lambda: reopened == [7], timeout=10)  # at the next poll

@@ -29,7 +29,7 @@ from . import unseen
 from .batch import CallBatch
 from .chain import CallChain, UserError
 from .context import CallContext
-from .follow import TaskFollower
+from .follow import ELSEWHERE_POLL, TaskFollower
 from .loop import ChatLoop
 from .registry import CallRegistry, Tracked
 from .scan import DiagnosticScan
@@ -62,13 +62,22 @@ class CallRunner:
         self.port = port
         self._reattaching: set[int] = set()
         self.scan.on_running_block = self._reattach_soon
-        self.follower.reopen = lambda buf: self._reattach_soon(buf, reloaded=True)
+        self.follower.reopen = self._reopen
         self.follower.written_elsewhere = self._written_elsewhere
         self.scan.on_scanned = self.follower.text_settled
         self.scan.on_id_lost = self._give_id_back
         self.scan.streaming = self.loop.streaming
         self.loop.on_reply_end = lambda buf: self.scan.schedule(buf, delay=0)
         port.on_buffer_gone = self._buffer_gone
+
+    def _reopen(self, buf: int) -> None:
+        """The Neovim that ran a task of this chat is gone: its running blocks
+        are followed here, as on opening; after a look under way (which began
+        while that Neovim still ran, and would leave them its)."""
+        if buf in self._reattaching:
+            asyncio.get_event_loop().call_later(ELSEWHERE_POLL, self._reopen, buf)
+            return
+        self._reattach_soon(buf, reloaded=True)
 
     def _written_elsewhere(self, buf: int, call_id: str, state: tuple[str, str]) -> None:
         """A running block here whose end the Neovim that ran it wrote (and is
