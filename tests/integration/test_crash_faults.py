@@ -207,23 +207,31 @@ def test_a_chat_opened_in_a_second_neovim_gets_no_result_of_a_call_the_first_one
     assert "```result" not in b.text()
 
 
-def test_a_running_block_opened_in_a_second_neovim_says_which_neovim_writes_it(editors):
-    """A runs w1 in the background and saves the chat (its running block in
-    the file); B opens the same file. B does not follow A's task as its own,
-    showing it ⟳ for ever and writing a second copy of its end: it says the
-    other Neovim runs it and writes its result, and leaves its buffer alone."""
+def a_task_seen_from_b(editors, **a_tasks) -> tuple:
+    """A runs w1 in the background (until `gate` exists) and saves the chat (its
+    running block in the file); B, its host up, opens the same file and shows
+    the call ⟳, run by the other Neovim: (a, b, gate, the task's token)."""
     a, b = editors(), editors()
     gate = a.workdir / "gate"
-    for ed in (a, b):
-        ed.setup(tasks={"hybrid_threshold": 0.2})
+    a.setup(tasks={"hybrid_threshold": 0.2, **a_tasks})
+    b.setup(tasks={"hybrid_threshold": 0.2})
     a.open_chat(HEAD + call("w1", f"while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"))
     a.run_tool(5)
-    a.wait_text("```result id=w1 status=running task=")
+    text = a.wait_text("```result id=w1 status=running task=")
     a.nvim.command("write")
     b.lua("return require('sidekick_tools').list_tasks()")  # B's host is up
     b.nvim.command(f"edit {a.workdir / 'chat.sidekick.md'}")
     diag = b.wait_diag(4, "⟳", timeout=20)
     assert "runs in another Neovim" in diag["message"], diag
+    return a, b, gate, text.split("task=")[1].split()[0]
+
+
+def test_a_running_block_opened_in_a_second_neovim_says_which_neovim_writes_it(editors):
+    """A runs w1 in the background and saves the chat (its running block in
+    the file); B opens the same file. B does not follow A's task as its own,
+    showing it ⟳ for ever and writing a second copy of its end: it says the
+    other Neovim runs it and writes its result, and leaves its buffer alone."""
+    a, b, gate, _ = a_task_seen_from_b(editors)
     gate.touch()
     a.wait_text("```result id=w1 status=completed")
     wait_for(lambda: a.diag_at(4) and a.diag_at(4)["message"].startswith("✓"))
@@ -255,19 +263,8 @@ def test_a_second_neovim_reloading_with_checktime_writes_no_second_notice(editor
     B, which had the chat open with the running block, reloads it the way
     'autoread' does (:checktime). B's buffer is the file as A saved it: one
     notice, nothing added, nothing to save."""
-    a, b = editors(), editors()
-    gate = a.workdir / "gate"
-    for ed in (a, b):
-        ed.setup(tasks={"hybrid_threshold": 0.2})
-    a.open_chat(HEAD + call("w1", f"while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"))
-    a.run_tool(5)
-    text = a.wait_text("```result id=w1 status=running task=")
-    token = text.split("task=")[1].split()[0]
-    a.nvim.command("write")
-    b.lua("return require('sidekick_tools').list_tasks()")  # B's host is up
+    a, b, gate, token = a_task_seen_from_b(editors)
     path = a.workdir / "chat.sidekick.md"
-    b.nvim.command(f"edit {path}")
-    b.wait_diag(4, "⟳", timeout=20)
     gate.touch()
     notice = f"USER: [sidekick task {token} completed]"
     a.wait_text(notice)
@@ -287,18 +284,7 @@ def test_a_second_neovim_writes_the_end_once_the_neovim_that_ran_it_is_gone(edit
     result". When A is gone (quit: its task halted; killed: the task runs on),
     nobody else will: B takes the task up and writes its end, once, without
     the user reloading the chat."""
-    a, b = editors(), editors()
-    gate = a.workdir / "gate"
-    a.setup(tasks={"hybrid_threshold": 0.2, "kill_on_exit": how == "quits"})
-    b.setup(tasks={"hybrid_threshold": 0.2})
-    a.open_chat(HEAD + call("w1", f"while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"))
-    a.run_tool(5)
-    a.wait_text("```result id=w1 status=running task=")
-    a.nvim.command("write")
-    b.lua("return require('sidekick_tools').list_tasks()")  # B's host is up
-    b.nvim.command(f"edit {a.workdir / 'chat.sidekick.md'}")
-    diag = b.wait_diag(4, "⟳", timeout=20)
-    assert "runs in another Neovim" in diag["message"], diag
+    a, b, gate, _ = a_task_seen_from_b(editors, kill_on_exit=how == "quits")
     if how == "quits":
         quit_nvim(a)  # kill_on_exit: its task is halted
         end = "```result id=w1 status=cancelled"
@@ -319,18 +305,7 @@ def test_a_second_neovim_leaves_an_end_the_first_wrote_to_the_file(editors):
     whose buffer still shows the running block, does not write that end again
     into its older text (saving B would have dropped A's new line): it says
     that the other Neovim wrote it, and that reloading shows it."""
-    a, b = editors(), editors()
-    gate = a.workdir / "gate"
-    for ed in (a, b):
-        ed.setup(tasks={"hybrid_threshold": 0.2})
-    a.open_chat(HEAD + call("w1", f"while [ ! -e {gate} ]; do sleep 0.05; done; echo finished"))
-    a.run_tool(5)
-    text = a.wait_text("```result id=w1 status=running task=")
-    token = text.split("task=")[1].split()[0]
-    a.nvim.command("write")
-    b.lua("return require('sidekick_tools').list_tasks()")  # B's host is up
-    b.nvim.command(f"edit {a.workdir / 'chat.sidekick.md'}")
-    b.wait_diag(4, "⟳", timeout=20)
+    a, b, gate, token = a_task_seen_from_b(editors)
     before = b.text()
     gate.touch()
     a.wait_text(f"USER: [sidekick task {token} completed]")

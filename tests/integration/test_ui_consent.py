@@ -5,6 +5,7 @@ would not approve (DESIGN §5, §6)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -419,12 +420,19 @@ def test_a_call_started_a_moment_ago_is_neither_run_again_nor_denied(editor):
     assert (editor.workdir / "runs.txt").read_text() == "once\n"
 
 
-def test_the_question_says_where_a_write_really_goes(editor):
-    """A link the project carries sends a write outside it: the question says so."""
+def linked_outside(editor) -> Path:
+    """docs/CHANGELOG.md in the project, a link to .bashrc in a folder outside
+    it (not there yet): that folder."""
     outside = editor.workdir.parent / "home"
     outside.mkdir()
     (editor.workdir / "docs").mkdir()
     (editor.workdir / "docs" / "CHANGELOG.md").symlink_to(outside / ".bashrc")
+    return outside
+
+
+def test_the_question_says_where_a_write_really_goes(editor):
+    """A link the project carries sends a write outside it: the question says so."""
+    outside = linked_outside(editor)
     editor.setup()
     screen = Screen(editor)
     editor.open_chat(
@@ -447,10 +455,7 @@ def test_running_a_call_whose_path_leads_outside_through_a_link_asks_first(edito
     the user's consent to what its text shows, but a link the project carries
     sends the write to a file outside it. It is asked about first, naming
     where it goes; declined, nothing runs; agreed, it runs."""
-    outside = editor.workdir.parent / "home"
-    outside.mkdir()
-    (editor.workdir / "docs").mkdir()
-    (editor.workdir / "docs" / "CHANGELOG.md").symlink_to(outside / ".bashrc")
+    outside = linked_outside(editor)
     editor.setup()
     screen = Screen(editor)
     editor.open_chat(
