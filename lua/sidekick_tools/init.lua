@@ -134,6 +134,7 @@ function M.run_tool(bufnr, lnum)
   end
   if vim.fn.confirm("sidekick_tools: " .. res.confirm, "&Run\n&Cancel", 2) ~= 1 then
     local note = "sidekick_tools: nothing was run"
+    vim.cmd.redraw() -- the question's lines go: the note is no hit-enter prompt
     vim.notify(note, vim.log.levels.INFO)
     return nil, note
   end
@@ -169,6 +170,7 @@ function M.run_tools(bufnr, opts)
       local msg = "sidekick_tools: nothing was run ("
         .. format.plural(#plan, "call")
         .. " still pending)"
+      vim.cmd.redraw() -- the question's lines go: the note is no hit-enter prompt
       vim.notify(msg, vim.log.levels.INFO)
       return nil, msg
     end
