@@ -372,7 +372,7 @@ M.options = {
     "chat.timeouts.read",
     120,
     "number",
-    "Longest silence inside a streamed reply, seconds; keep-alive pings, usage counts and empty deltas are silence too",
+    "Longest silence inside a streamed reply, seconds; keep-alive pings, usage counts and empty deltas are silence too; the answer's headers must be whole within connect + read",
     min = 1,
   },
   {
