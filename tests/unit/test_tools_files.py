@@ -375,6 +375,23 @@ async def test_list_directory_dot_is_cwd(ctx):
 # ---------------------------------------------------------------- write_file
 
 
+async def test_a_write_through_a_link_says_where_it_went(tmp_path, root, ctx):
+    """docs/notes.md, a link to a file elsewhere: the result named only the
+    link, and the user and the model read that docs/notes.md was written."""
+    elsewhere = tmp_path / "elsewhere.txt"
+    (root / "notes.md").symlink_to(elsewhere)
+    res = await WRITE.run({"path": "notes.md", "content": "x"}, ctx)
+    assert res.body == f"Created notes.md, which leads to {elsewhere} (1 byte written)."
+    assert elsewhere.read_text() == "x"
+    res = await WRITE.run({"path": "notes.md", "content": "yy"}, ctx)
+    assert res.body == (
+        f"Replaced notes.md, which leads to {elsewhere} (2 bytes written; it had 1 byte)."
+    )
+    (root / "inside.md").symlink_to(root / "src")  # a link inside: nothing to say
+    res = await WRITE.run({"path": "inside.md/x.txt", "content": "z"}, ctx)
+    assert res.body == "Created inside.md/x.txt (1 byte written)."
+
+
 async def test_write_file_creates_nested_dirs(root, ctx):
     res = await WRITE.run({"path": "new/deep/dir/f.txt", "content": "héllo\n"}, ctx)
     assert res.status == "completed"

@@ -31,11 +31,15 @@ def write(shown: str, content: str, cwd: str) -> ToolResult:
     except UnicodeEncodeError:
         return ToolResult.fail(f"{shown}: content is not valid Unicode (lone surrogate)")
     try:
-        previous = _fs.atomic_write(_fs.resolve(shown, cwd), data)
+        path = _fs.resolve(shown, cwd)
+        previous = _fs.atomic_write(path, data)
     except _fs.PathError as e:
         return ToolResult.fail(f"{shown}: {e}")
     except OSError as e:
         return ToolResult.fail(f"{shown}: cannot write: {_fs.describe_os_error(e)}")
+    real = _fs.real(shown, cwd)
+    if real != path and not _fs.is_inside(shown, cwd):
+        shown = f"{shown}, which leads to {real}"  # a link in the project led it out
     if previous is None:
         return ToolResult.ok(f"Created {shown} ({_bytes(len(data))} written).")
     return ToolResult.ok(
