@@ -318,3 +318,36 @@ def test_a_second_neovim_leaves_an_end_the_first_wrote_to_the_file(editors):
     b.nvim.command("edit")  # and reloading shows it, once
     body = b.text()
     assert body.count("```result id=w1") == 1 and "and now the next question" in body
+
+
+def test_a_takeover_leaves_an_end_the_first_wrote_also_beside_one_it_did_not(editors):
+    """A runs w1 and w2; w1 ends and A writes its end; the user types on in A,
+    saves, and A is killed with w2 running. B takes w2 up (nobody else will
+    write its end) and looks at the chat again to do so: w1's end, which A
+    wrote, is still not written into B's older text."""
+    a, b = editors(), editors()
+    g1, g2 = a.workdir / "g1", a.workdir / "g2"
+    for ed in (a, b):
+        ed.setup(tasks={"hybrid_threshold": 0.2})
+    wait = "while [ ! -e {} ]; do sleep 0.05; done; echo {}"
+    a.open_chat(HEAD + call("w1", wait.format(g1, "one")) + call("w2", wait.format(g2, "two")))
+    a.run_tool(8)  # w2 first: w1's result block would move it down
+    a.wait_text("```result id=w2 status=running task=")
+    a.run_tool(5)
+    text = a.wait_text("```result id=w1 status=running task=")
+    token1 = text.split("id=w1 status=running task=")[1].split()[0]
+    a.nvim.command("write")
+    b.lua("return require('sidekick_tools').list_tasks()")  # B's host is up
+    b.nvim.command(f"edit {a.workdir / 'chat.sidekick.md'}")
+    b.wait_diag(4, "⟳", timeout=20)
+    g1.touch()
+    a.wait_text(f"USER: [sidekick task {token1} completed]")
+    a.lua("vim.api.nvim_buf_set_lines(0, -1, -1, false, {'USER: and now the next question'})")
+    a.nvim.command("write")
+    os.kill(a.host_pid(), signal.SIGKILL)
+    os.kill(a.lua("return vim.fn.getpid()"), signal.SIGKILL)
+    g2.touch()
+    body = b.wait_text("```result id=w2 status=completed", timeout=30)
+    assert "```result id=w1 status=completed" not in body, body
+    diag = b.wait_diag(4, "✓", timeout=20)
+    assert "wrote its result" in diag["message"], diag

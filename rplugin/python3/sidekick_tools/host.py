@@ -239,7 +239,8 @@ class Host:
 
     @rpc.notification
     def rpc_chat_opened(self, buf: int) -> Any:
-        self.port.block_on(self.calls.chat_opened(int(buf)))
+        """A chat's BufReadPost (or BufNewFile): its text is the file's."""
+        self.port.block_on(self.calls.chat_opened(int(buf), read=True))
         return True
 
     @rpc.notification

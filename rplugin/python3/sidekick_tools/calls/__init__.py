@@ -87,6 +87,7 @@ class CallRunner:
 
     def _buffer_gone(self, buf: int, name: str) -> None:
         self.follower.elsewhere.pop(buf, None)
+        self.follower.left.pop(buf, None)
         self.loop.closed(buf, name)
 
     def _give_id_back(self, tracked: Tracked) -> None:
@@ -132,8 +133,11 @@ class CallRunner:
     def stop(self, buf: int) -> dict[str, Any]:
         return self.loop.stop(buf)
 
-    async def chat_opened(self, buf: int, write_ended: bool = True) -> None:
-        """A chat was (re)opened: follow its running blocks, draw every call's state."""
+    async def chat_opened(self, buf: int, write_ended: bool = True, read: bool = False) -> None:
+        """A chat was (re)opened: follow its running blocks, draw every call's state.
+        `read`: its text was read anew from its file (BufReadPost)."""
+        if read:
+            self.follower.left.pop(buf, None)
         if buf in self._reattaching:
             return
         self._reattaching.add(buf)

@@ -52,6 +52,10 @@ class TaskFollower:
         # again; else nobody will write it: `reopen(buf)` follows them anew.
         self.elsewhere: dict[int, dict[str, str]] = {}
         self.reopen: Callable[[int], None] = lambda _buf: None
+        # Ends a gone Neovim wrote, by buffer and token (the state to show):
+        # never written into this older text, also when its chat is looked at
+        # again for another block, until the chat is read anew (`:e`).
+        self.left: dict[int, dict[str, tuple[str, str]]] = {}
         self.written_elsewhere: Callable[[int, str, tuple[str, str]], None] = (
             lambda _buf, _call, _state: None
         )
@@ -204,6 +208,9 @@ class TaskFollower:
             if not names_task(call) or self.ctx.registry.get(buf, call.call_id) is not None:
                 continue
             token = call.result.fields["task"]
+            if token in self.left.get(buf, {}):  # a gone Neovim wrote it: see `left`
+                unfollowed[call.call_id] = self.left[buf][token]
+                continue
             task = self.ctx.tasks.get(token) if is_token(token) else None
             if task is None:
                 unfollowed[call.call_id] = ("failed", f"task {token} not found; not followed")
@@ -271,7 +278,9 @@ class TaskFollower:
                                 f"task {token} ended in another Neovim, which wrote its "
                                 "result: :e shows it"
                             )
-                            self.written_elsewhere(buf, calls[token], (task.status.value, why))
+                            state = (task.status.value, why)
+                            self.left.setdefault(buf, {})[token] = state
+                            self.written_elsewhere(buf, calls[token], state)
                         else:
                             unwritten = True
                     if unwritten:
