@@ -62,6 +62,26 @@ local function say_state_dir_unusable(reason)
   )
 end
 
+--- A run the host answers with a question (a path that leads outside the
+--- working directory through a link in the project): asked, and asked for
+--- again, confirmed, once the user says yes.
+local function run_asking(method, ...)
+  local res, e = ask(method, ...)
+  if type(res) ~= "table" or not res.confirm then
+    return res, e
+  end
+  if vim.fn.confirm("sidekick_tools: " .. res.confirm, "&Run\n&Cancel", 2) ~= 1 then
+    local note = "sidekick_tools: nothing was run"
+    vim.cmd.redraw() -- the question's lines go: the note is no hit-enter prompt
+    vim.notify(note, vim.log.levels.INFO)
+    return nil, note
+  end
+  local n = select("#", ...)
+  local args = { ... }
+  args[n + 1] = true
+  return ask(method, unpack(args, 1, n + 1))
+end
+
 --- Configure the plugin. Safe to call again; a running host gets the new settings.
 ---@param opts table|nil see :h sidekick_tools-config
 function M.setup(opts)
@@ -127,18 +147,7 @@ function M.run_tool(bufnr, lnum)
   if not line then
     return err(msg)
   end
-  local cwd = vim.fn.getcwd()
-  local res, e = ask("run_tool", bufnr, line - 1, cwd)
-  if type(res) ~= "table" or not res.confirm then
-    return res, e
-  end
-  if vim.fn.confirm("sidekick_tools: " .. res.confirm, "&Run\n&Cancel", 2) ~= 1 then
-    local note = "sidekick_tools: nothing was run"
-    vim.cmd.redraw() -- the question's lines go: the note is no hit-enter prompt
-    vim.notify(note, vim.log.levels.INFO)
-    return nil, note
-  end
-  return ask("run_tool", bufnr, line - 1, cwd, true)
+  return run_asking("run_tool", bufnr, line - 1, vim.fn.getcwd())
 end
 
 --- Run every pending call of the last assistant message, in order. Unless
@@ -258,7 +267,7 @@ function M.rerun(token)
   if not buf then
     return err(load_err)
   end
-  local res, run_err = ask("run_call", buf, task.call_id, vim.fn.getcwd(), token)
+  local res, run_err = run_asking("run_call", buf, task.call_id, vim.fn.getcwd(), token)
   if not res then
     return nil, run_err
   end

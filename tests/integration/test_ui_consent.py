@@ -484,6 +484,32 @@ def test_running_a_call_whose_path_leads_outside_through_a_link_asks_first(edito
     assert (outside / "y").read_text() == "y"
 
 
+def test_running_a_task_again_whose_cwd_leads_outside_through_a_link_asks_first(editor):
+    """The tasks list's `r` runs a call again by its id: it asks, as
+    :SidekickRunTool does, when the call's cwd leads outside through a link."""
+    outside = editor.workdir.parent / "home"
+    outside.mkdir()
+    (editor.workdir / "docs").symlink_to(outside)
+    editor.setup()
+    screen = Screen(editor)
+    editor.open_chat(
+        chat(call_block("run_terminal_command", {"command": "pwd", "cwd": "docs"}, "p"))
+    )
+    row = editor.text().split("\n").index("```tool run_terminal_command id=p") + 1
+    editor.nvim.command(f"call cursor({row}, 1)")
+    editor.nvim.input(":SidekickRunTool\r")
+    assert "docs leads to" in screen.dialog(1)
+    editor.nvim.input("r")
+    text = editor.wait_text("```result id=p status=completed")
+    token = text.split("task=")[1].split()[0]
+    editor.nvim.input(f":lua require('sidekick_tools').rerun('{token}')\r")
+    dialog = screen.dialog(2)
+    assert f"docs leads to {outside}, outside the working directory" in dialog
+    editor.nvim.input("c")  # Cancel
+    wait_for(lambda: [n for n in editor.notifications() if "nothing was run" in n])
+    assert editor.text().count("```result id=p") == 1
+
+
 def test_the_question_shows_the_whole_command_and_its_line_breaks(editor):
     """A model padded a command with an innocent start: the question showed its
     first 120 characters, newlines drawn as spaces, and hid what the shell runs

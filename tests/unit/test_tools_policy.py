@@ -360,3 +360,23 @@ def test_nothing_is_approved_where_the_working_directory_holds_every_file(
     project = make_ctx(home / "project")
     assert decide("run_terminal_command", {"command": "ls"}, project) == "approve"
     assert decide("list_directory", {"path": "."}, project) == "approve"
+
+
+def test_a_path_that_reads_as_inside_but_leads_out_through_a_link_is_hidden(root):
+    """The question before running by hand is for what the call's text does
+    not show: `sub/../docs/x` and `/project/docs/x` read as inside too; a path
+    written as outside (`../x`) shows where it goes."""
+    from sidekick_tools.tools.policy import hidden_outside
+
+    outside = root.parent / "outside"
+    (root / "docs").symlink_to(outside)
+    (root / "sub").mkdir()
+    cwd = str(root)
+    for path in ("docs/x", "./docs/x", "docs//x", "sub/../docs/x", str(root / "docs" / "x")):
+        assert hidden_outside({"path": path}, cwd) == [(path, str(outside / "x"))], path
+    assert hidden_outside({"paths": ["a.txt", "sub/../docs/y"]}, cwd) == [
+        ("sub/../docs/y", str(outside / "y"))
+    ]
+    assert hidden_outside({"cwd": "docs"}, cwd) == [("docs", str(outside))]
+    for path in ("../outside/x", str(outside / "x"), "a.txt"):
+        assert hidden_outside({"path": path}, cwd) == [], path

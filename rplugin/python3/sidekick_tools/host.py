@@ -218,12 +218,17 @@ class Host:
 
     @rpc.request
     def rpc_run_call(
-        self, buf: int, call_id: str, cwd: str | None = None, token: str | None = None
+        self,
+        buf: int,
+        call_id: str,
+        cwd: str | None = None,
+        token: str | None = None,
+        confirmed: bool = False,
     ) -> Any:
         cwd = str(cwd) if cwd else self._cwd()
         token = str(token) if token else None
         return self._run_request(
-            lambda _gate: self.calls.run_call(int(buf), str(call_id), cwd, token)
+            lambda _gate: self.calls.run_call(int(buf), str(call_id), cwd, token, bool(confirmed))
         )
 
     @rpc.request

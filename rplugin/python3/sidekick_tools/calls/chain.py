@@ -87,15 +87,9 @@ class CallChain:
         mirror, call = await self.marks.call_at(buf, row, "of an ASSISTANT message")
         self.refuse_streaming(buf, mirror, call)
         self.marks.refuse_busy(buf, call)
-        if not confirmed:
-            hidden = await asyncio.to_thread(hidden_outside, call.params, cwd)
-            if hidden:
-                leads = "; ".join(f"{path} leads to {real}" for path, real in hidden)
-                name = f"{call.tool} {call.call_id}" if call.call_id else call.tool
-                return {
-                    "confirm": f"{name}: {leads}, outside the working directory, through "
-                    "a link in the project. Run it?",
-                }
+        question = None if confirmed else await link_question(call, cwd)
+        if question:
+            return question
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
             self.marks.refuse_busy(buf, call)  # the chain or the loop took it meanwhile
@@ -111,12 +105,18 @@ class CallChain:
         return {"id": tracked.call_id, "tool": tracked.tool}
 
     async def run_call(
-        self, buf: int, call_id: str, cwd: str, token: str | None = None
+        self,
+        buf: int,
+        call_id: str,
+        cwd: str,
+        token: str | None = None,
+        confirmed: bool = False,
     ) -> dict[str, Any]:
         """Run call `call_id` again (its result block is replaced); no chain.
         `token`: the task the user chose to run again (the task list shows
         what it ran): refused when the call now reads otherwise (the chat was
-        edited, or changed on disk), which the user has not seen."""
+        edited, or changed on disk), which the user has not seen. A path that
+        leads outside through a link is asked about first, as by `run_tool`."""
         mirror = await self.marks.mirror(buf)
         blocks = [c for c in mirror.chat().calls if c.call_id == call_id]
         if not blocks:
@@ -136,6 +136,9 @@ class CallChain:
             )
         self.refuse_streaming(buf, mirror, call)
         self.marks.refuse_busy(buf, call)
+        question = None if confirmed else await link_question(call, cwd)
+        if question:
+            return question
         tracked = await self.marks.prepare(buf, call)
         if tracked is None:
             self.marks.refuse_busy(buf, call)  # the chain or the loop took it meanwhile
@@ -306,3 +309,18 @@ class CallChain:
         self._bg.add(fut)
         fut.add_done_callback(self._bg.discard)
         fut.add_done_callback(log_failure)
+
+
+async def link_question(call: ToolCall, cwd: str) -> dict[str, Any] | None:
+    """`{"confirm": question}` for a call whose `path`, `paths` or `cwd` reads
+    as inside the working directory but leads outside it through a link in
+    the project: running it by hand is consent to what its text shows."""
+    hidden = await asyncio.to_thread(hidden_outside, call.params, cwd)
+    if not hidden:
+        return None
+    leads = "; ".join(f"{path} leads to {real}" for path, real in hidden)
+    name = f"{call.tool} {call.call_id}" if call.call_id else call.tool
+    return {
+        "confirm": f"{name}: {leads}, outside the working directory, through a link in "
+        "the project. Run it?",
+    }

@@ -38,6 +38,7 @@ answered meanwhile.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from . import _fs
@@ -144,12 +145,18 @@ def outside_note(params: Any, cwd: str) -> str:
 
 
 def hidden_outside(params: Any, cwd: str) -> list[tuple[str, str]]:
-    """The paths of a call that read as inside ``cwd`` (relative, no ``..``, no
-    ``~``) but lead outside it through a symlink the project holds, with where
-    they really lead: the call's text does not show it, so running it by hand
-    is no consent to it."""
+    """The paths of a call that read as inside ``cwd`` (``sub/../docs/x`` and
+    ``/project/docs/x`` too: the path normalised, symlinks left alone) but lead
+    outside it through a symlink the project holds, with where they really
+    lead: the call's text does not show it, so running it by hand is no
+    consent to it."""
+    root = os.path.abspath(cwd)
 
     def reads_inside(path: str) -> bool:
-        return not path.startswith(("/", "~")) and ".." not in path.replace("\\", "/").split("/")
+        try:
+            shown = _fs.resolve(path, cwd)
+        except ValueError:  # a PathError: no file at all
+            return False
+        return shown == root or shown.startswith(root.rstrip(os.sep) + os.sep)
 
     return [(path, real) for path, real in _outside(params, cwd) if reads_inside(path)]
