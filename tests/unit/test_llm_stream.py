@@ -428,3 +428,16 @@ async def test_a_providers_error_message_is_said_cut_to_a_length():
     assert isinstance(error, ProviderError)
     assert len(error.message) < ERROR_CHARS + 200
     assert error.message.endswith("characters more)")
+
+
+async def test_an_http_errors_message_is_masked_before_it_is_cut():
+    """Cut to its length first, a token standing across the cut lost the length
+    its form needs (ghp_ and 20 characters), and its start was shown."""
+    from sidekick_tools.llm.stream import ERROR_CHARS
+
+    token = "ghp_" + "Q7w8E9r0T1y2U3i4O5p6A7s8D9f0G1h2"
+    message = "x" * (ERROR_CHARS - 20) + " " + token + " " + "y" * 500  # across the cut
+    async with FakeProvider([http_error(400, message)]) as fake:
+        _, _, error = await collect(request_for(fake, "anthropic"), max_attempts=1)
+    assert isinstance(error, ProviderError)
+    assert "Q7w8E9r0" not in error.message and "ghp_Q" not in error.message  # no piece

@@ -98,6 +98,7 @@ def test_assignments_mask_the_value_only():
         ('password => "Hunter2"', 'password => "***"'),
         ("<s><password>Hunter2</password></s>", "<s><password>***</password></s>"),
         ("{b'password': b'Hunter2'}", "{b'password': b'***'}"),  # redis-py, Python 2
+        ("    'PASSWORD' : 'Hunter2',", "    'PASSWORD' : '***',"),  # aligned by hand
         ("{u'password': u'Hunter2'}", "{u'password': u'***'}"),
         ('{"password"=>"Hunter2"}', '{"password"=>"***"}'),  # Ruby's Hash#inspect
         # escaped JSON whose secret holds the inner JSON's own escapes

@@ -125,8 +125,10 @@ _SECRET_WORD = re.compile(rf"(?i){_NAME}$")  # the name ends so, as for `=`
 # afterwards (`_named_sub`); the value runs to its closing quote on its line
 # (an escaped quote of JSON text, `\"`, is in it; an escaped break ends it).
 _QUOTED_VALUE = r"((?:(?!\4)(?:[^\n\\]|\\[^nrtfb]))*)(?=\4)"
-_QUOTED_FIELD = re.compile(  # `'password': …` (a name in double quotes is JSON's)
-    rf"(?:(?<!\w)|{_ESCAPE})([bu]?(')([\w\-.]+)\2:\s*[bu]?(\\?['\"]))" + _QUOTED_VALUE
+_QUOTED_FIELD = re.compile(  # `'password': …`, `'password' : …` (double quotes: JSON's);
+    # not a ternary's `? 'token' : 'password'`
+    rf"(?:(?<!\w)|{_ESCAPE})(?<!\?)(?<!\?\s)([bu]?(')([\w\-.]+)\2\s*:\s*[bu]?(\\?['\"]))"
+    + _QUOTED_VALUE
 )
 _QUOTED_ARROW = re.compile(  # `'password' => …`, `"password"=>…`, in JSON text `\"…\"`
     rf"(?:(?<!\w)|{_ESCAPE})([bu]?(\\?['\"])([\w\-.]+)\2\s*=>\s*[bu]?(\\?['\"]))" + _QUOTED_VALUE
@@ -278,12 +280,8 @@ def _shared(text: str, literal: str, least: int) -> list[tuple[int, int]]:
         half = literal[i : i + step]
         at = text.find(half)
         while at != -1:
-            a = 0
-            while at - a > 0 and i - a > 0 and text[at - a - 1] == literal[i - a - 1]:
-                a += 1
-            b = step
-            while at + b < len(text) and i + b < len(literal) and text[at + b] == literal[i + b]:
-                b += 1
+            a = _alike_before(text, at, literal, i)
+            b = step + _alike_after(text, at + step, literal, i + step)
             if a + b >= least:
                 spans.append((at - a, at + b))
             at = text.find(half, at + b)  # past what was found: linear in the text
@@ -294,6 +292,32 @@ def _shared(text: str, literal: str, least: int) -> list[tuple[int, int]]:
         else:
             merged.append((lo, hi))
     return merged
+
+
+def _alike_before(text: str, at: int, literal: str, i: int) -> int:
+    """How many characters before text[at] are the ones before literal[i], by a
+    binary search of slice comparisons (C speed: growing a piece a character
+    at a time, 2 MB of pieces of a key cost seconds a frame)."""
+    lo, hi = 0, min(at, i)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if text[at - mid : at] == literal[i - mid : i]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _alike_after(text: str, at: int, literal: str, i: int) -> int:
+    """How many characters from text[at] on are literal[i:]'s first ones."""
+    lo, hi = 0, min(len(text) - at, len(literal) - i)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if text[at : at + mid] == literal[i : i + mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def mask(text: str, literals: Iterable[str] = ()) -> str:

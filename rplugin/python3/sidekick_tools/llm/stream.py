@@ -336,9 +336,9 @@ class ChatClient:
         error_type, message = request.kind.error_of(status, body)
         if not message:
             message = body[:300].decode("utf-8", "replace").strip() or response.reason_phrase
-        detail = _cut(f"{message} ({error_type})" if error_type else message)
-        return ProviderError(
-            mask(f"{request.provider.name} answered HTTP {status}: {detail}", literals),
+        detail = f"{message} ({error_type})" if error_type else message
+        return ProviderError(  # masked, then cut: cut first, a key's start was shown
+            _cut(mask(f"{request.provider.name} answered HTTP {status}: {detail}", literals)),
             status=status,
             error_type=error_type,
             retry_after=retry_after(response.headers),
