@@ -276,14 +276,22 @@ def _shared(text: str, literal: str, least: int) -> list[tuple[int, int]]:
     aligned halves (`least // 2` long): found by those, then grown both ways."""
     step = max(1, least // 2)
     spans: list[tuple[int, int]] = []
+    # where a span was found: another half found inside one is not grown again
+    # (what it would add past the span is shorter than `least`, or holds a
+    # half of its own); a text of pieces of the key grew each once per half
+    covered = bytearray(len(text))
     for i in range(0, len(literal) - step + 1, step):
         half = literal[i : i + step]
         at = text.find(half)
         while at != -1:
+            if covered[at]:
+                at = text.find(half, at + 1)
+                continue
             a = _alike_before(text, at, literal, i)
             b = step + _alike_after(text, at + step, literal, i + step)
             if a + b >= least:
                 spans.append((at - a, at + b))
+                covered[at - a : at + b] = b"\x01" * (a + b)
             at = text.find(half, at + b)  # past what was found: linear in the text
     merged: list[tuple[int, int]] = []
     for lo, hi in sorted(spans):
