@@ -351,3 +351,15 @@ def test_a_takeover_leaves_an_end_the_first_wrote_also_beside_one_it_did_not(edi
     assert "```result id=w1 status=completed" not in body, body
     diag = b.wait_diag(4, "✓", timeout=20)
     assert "wrote its result" in diag["message"], diag
+
+
+def test_an_end_the_gone_neovim_wrote_but_never_saved_is_written_here(editors):
+    """A wrote w1's end into its buffer and quit without saving: the file still
+    holds the running block, and only B can write the end. (Taken for written,
+    B said ":e shows it", and :e showed the running block.)"""
+    a, b, gate, token = a_task_seen_from_b(editors)
+    gate.touch()
+    a.wait_text(f"USER: [sidekick task {token} completed]")
+    quit_nvim(a)  # qall!: not saved
+    body = b.wait_text("```result id=w1 status=completed", timeout=30)
+    assert body.count("```result id=w1") == 1 and body.count("USER: [sidekick task") == 1, body

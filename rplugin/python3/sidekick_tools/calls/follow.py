@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import tools
+from ..chat.parser import parse
 from ..chat.render import notice_lines
 from ..chat.states import fields_detail, names_task
 from ..secrets_mask import mask
@@ -271,9 +272,13 @@ class TaskFollower:
                     if all(t is not None and not owner_gone(t.owner, gone) for t in tasks.values()):
                         continue
                     del self.elsewhere[buf]
+                    name = self.ctx.port.mirrors[buf].name
                     unwritten = False
                     for token, task in tasks.items():
-                        if task is not None and task.terminal and task.delivered:
+                        written = task is not None and task.terminal and task.delivered
+                        if written:  # into its buffer: the file has it only if saved
+                            written = await asyncio.to_thread(saved_end, name, calls[token])
+                        if written:
                             why = (
                                 f"task {token} ended in another Neovim, which wrote its "
                                 "result: :e shows it"
@@ -334,3 +339,17 @@ def _duration(task: Any) -> float | None:
     if task.started_at is None or task.ended_at is None:
         return None
     return round(task.ended_at - task.started_at, 2)
+
+
+def saved_end(path: str, call_id: str) -> bool:
+    """The chat file `path` holds call `call_id`'s end (a result not running):
+    what a Neovim that is gone wrote there and saved."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().split("\n")
+    except (OSError, ValueError):
+        return False
+    return any(
+        c.call_id == call_id and c.result is not None and c.result.status != "running"
+        for c in parse(lines).calls
+    )
