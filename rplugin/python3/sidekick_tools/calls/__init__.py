@@ -114,15 +114,9 @@ class CallRunner:
     ) -> dict[str, Any]:
         return await self.batch.run_tools(buf, cwd, gate, ids)
 
-    async def run_call(
-        self,
-        buf: int,
-        call_id: str,
-        cwd: str,
-        token: str | None = None,
-        confirmed: bool = False,
-    ) -> dict[str, Any]:
-        return await self.chain.run_call(buf, call_id, cwd, token, confirmed)
+    async def run_call(self, buf: int, call_id: str, cwd: str, *rest: Any) -> dict[str, Any]:
+        """`CallChain.run_call`: the task token to run again, `confirmed`."""
+        return await self.chain.run_call(buf, call_id, cwd, *rest)
 
     async def plan(self, buf: int, cwd: str) -> list[dict[str, Any]]:
         return await self.batch.plan(buf, cwd)
