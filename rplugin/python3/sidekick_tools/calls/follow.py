@@ -275,8 +275,11 @@ class TaskFollower:
                     name = self.ctx.port.mirrors[buf].name
                     unwritten = False
                     for token, task in tasks.items():
-                        written = task is not None and task.terminal and task.delivered
-                        if written:  # into its buffer: the file has it only if saved
+                        # the file decides: a gone Neovim may have written the end
+                        # and not saved, or saved it and died before its store
+                        # heard that it was written (`delivered` is buffered)
+                        written = task is not None and task.terminal
+                        if written:
                             written = await asyncio.to_thread(saved_end, name, calls[token])
                         if written:
                             why = (
