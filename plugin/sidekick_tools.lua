@@ -24,27 +24,29 @@ vim.api.nvim_create_autocmd({ "BufReadPre", "BufNewFile" }, {
     vim.bo[ev.buf].modeline = false
   end,
 })
--- Loaded lazily (lazy.nvim's `ft = "markdown"`), the plugin comes while the
--- first chat is being read: its BufReadPre went by, but Neovim reads the
--- modelines only after the filetype is set, so they are still turned off here.
-for _, buf in ipairs(vim.api.nvim_list_bufs()) do
-  if vim.api.nvim_buf_get_name(buf):match("%.sidekick%.md$") then
-    vim.bo[buf].modeline = false
+-- The commands work in any buffer: a chat under another name gets modelines
+-- off when it is read (Neovim reads them after BufReadPost). Nothing is
+-- loaded for a buffer whose modelines are off already.
+local function guard_modeline(buf)
+  if vim.bo[buf].modeline and vim.o.modelines > 0 then
+    require("sidekick_tools.chats").guard_modeline(buf)
   end
 end
-
--- The commands work in any buffer: a chat under another name gets modelines
--- off when it is read (Neovim reads them after BufReadPost), also one read
--- while the plugin loads lazily.
 vim.api.nvim_create_autocmd("BufReadPost", {
   group = group,
   callback = function(ev)
-    require("sidekick_tools.chats").guard_modeline(ev.buf)
+    guard_modeline(ev.buf)
   end,
 })
+-- Loaded lazily (lazy.nvim's `ft = "markdown"`), the plugin comes while the
+-- first chat is being read: its BufReadPre and BufReadPost went by, but Neovim
+-- reads the modelines only after the filetype is set, so they are still
+-- turned off here.
 for _, buf in ipairs(vim.api.nvim_list_bufs()) do
-  if vim.api.nvim_buf_is_loaded(buf) then
-    require("sidekick_tools.chats").guard_modeline(buf)
+  if vim.api.nvim_buf_get_name(buf):match("%.sidekick%.md$") then
+    vim.bo[buf].modeline = false
+  elseif vim.api.nvim_buf_is_loaded(buf) then
+    guard_modeline(buf)
   end
 end
 

@@ -272,16 +272,16 @@ class TaskFollower:
                     if all(t is not None and not owner_gone(t.owner, gone) for t in tasks.values()):
                         continue
                     del self.elsewhere[buf]
-                    name = self.ctx.port.mirrors[buf].name
+                    # the file decides what the gone Neovim wrote: it may have
+                    # written an end and not saved, or saved it and died before
+                    # its store heard that it was written (`delivered` is buffered)
+                    saved: set[str] = set()
+                    if any(t is not None and t.terminal for t in tasks.values()):
+                        name = self.ctx.port.mirrors[buf].name
+                        saved = await asyncio.to_thread(saved_ends, name)
                     unwritten = False
                     for token, task in tasks.items():
-                        # the file decides: a gone Neovim may have written the end
-                        # and not saved, or saved it and died before its store
-                        # heard that it was written (`delivered` is buffered)
-                        written = task is not None and task.terminal
-                        if written:
-                            written = await asyncio.to_thread(saved_end, name, calls[token])
-                        if written:
+                        if task is not None and task.terminal and calls[token] in saved:
                             why = (
                                 f"task {token} ended in another Neovim, which wrote its "
                                 "result: :e shows it"
@@ -344,15 +344,16 @@ def _duration(task: Any) -> float | None:
     return round(task.ended_at - task.started_at, 2)
 
 
-def saved_end(path: str, call_id: str) -> bool:
-    """The chat file `path` holds call `call_id`'s end (a result not running):
-    what a Neovim that is gone wrote there and saved."""
+def saved_ends(path: str) -> set[str]:
+    """The ids of the calls whose end (a result not running) the chat file
+    `path` holds: what a Neovim that is gone wrote there and saved."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.read().split("\n")
     except (OSError, ValueError):
-        return False
-    return any(
-        c.call_id == call_id and c.result is not None and c.result.status != "running"
+        return set()
+    return {
+        c.call_id
         for c in parse(lines).calls
-    )
+        if c.call_id and c.result is not None and c.result.status != "running"
+    }
