@@ -216,8 +216,8 @@ class ChatClient:
         where = request.provider.name
         try:
             async with contextlib.AsyncExitStack() as stack:
-                # the answer's head within the read timeout, whole: httpx times
-                # each read, and a byte each few seconds kept it waiting for days
+                # the answer's headers whole within connect + read timeout: httpx
+                # times each read, and a byte each few seconds kept it waiting for days
                 opening = stack.enter_async_context(
                     client.stream(
                         "POST", request.http.url, headers=headers, content=request.http.body
