@@ -97,6 +97,8 @@ def test_assignments_mask_the_value_only():
         ('{"api_token" => "abc", "n" => "1"}', '{"api_token" => "***", "n" => "1"}'),
         ('password => "Hunter2"', 'password => "***"'),
         ("<s><password>Hunter2</password></s>", "<s><password>***</password></s>"),
+        ('<password enc="1">Hunter2</password>', '<password enc="1">***</password>'),
+        ("<db:token\tkind='x'>Hunter2</db:token>", "<db:token\tkind='x'>***</db:token>"),
         ("{b'password': b'Hunter2'}", "{b'password': b'***'}"),  # redis-py, Python 2
         ("    'PASSWORD' : 'Hunter2',", "    'PASSWORD' : '***',"),  # aligned by hand
         ("{u'password': u'Hunter2'}", "{u'password': u'***'}"),
@@ -301,6 +303,7 @@ AFTER_A_BREAK = [
     "password=hunter2secret",
     "'password': 'hunter2secret'",
     "<password>hunter2secret</password>",
+    '<password enc="no">hunter2secret</password>',
     "redis://:hunter2secret@db",
     '{"password"=>"hunter2secret"}',
     'password => "hunter2secret"',
@@ -338,3 +341,30 @@ def test_many_pieces_of_a_known_key_are_masked_in_linear_time():
     text = (literal[:16] + " ") * 120_000
     masked = answers(lambda: mask(text, [literal]), deadline=20)
     assert masked == (REPLACEMENT + " ") * 120_000
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "password: hunter2secret",
+        "  db_token: 'hunter2secret'",
+        '- api_key: "hunter2secret and more"',
+        "\tsecret_key:\thunter2secret",
+        'password: it\'s "hunter2secret"',
+    ],
+)
+@pytest.mark.parametrize("brk", ["\n", "\r\n"])
+def test_a_yaml_secret_in_json_text_is_masked_alike(line, brk):
+    """A YAML line of a command's output (`cat config.yml`) inside JSON text (a
+    JSON value, or a line after an escaped break) is masked as in the text itself."""
+    import json
+
+    value = {"output": f"first line{brk}{line}{brk}end", "first": line}
+    for indent in (None, 2):
+        decoded = json.loads(mask(json.dumps(value, indent=indent)))
+        assert "hunter2" not in json.dumps(decoded), decoded
+        assert decoded == mask_value(value)
+
+
+def test_a_yaml_like_string_in_source_code_is_left_alone():
+    assert mask('log.info("token: %s", token)') == 'log.info("token: %s", token)'

@@ -134,14 +134,24 @@ _QUOTED_ARROW = re.compile(  # `'password' => …`, `"password"=>…`, in JSON t
     rf"(?:(?<!\w)|{_ESCAPE})([bu]?(\\?['\"])([\w\-.]+)\2\s*=>\s*[bu]?(\\?['\"]))" + _QUOTED_VALUE
 )
 
-# The XML form: `<password>…</password>` (Maven's settings.xml), one line.
-_XML_FIELD = re.compile(r"(<([\w.\-:]+)>)([^<\n]*)(?=</\2>)")
+# The XML form: `<password>…</password>` (Maven's settings.xml), also with
+# attributes (`<password encrypted="true">…`), one line.
+_XML_FIELD = re.compile(r"(<([\w.\-:]+)(?:\s[^<>\n]*)?>)([^<\n]*)(?=</\2>)")
 
 # The YAML form, a name at the start of its line: `password: value` (to the end
 # of the line; a quoted value keeps its quotes).
 _YAML_FIELD = re.compile(
     rf"(?im)^([ \t]*(?:-[ \t]+)?[\w.\-]*{_NAME}[ \t]*:[ \t]+)"
-    r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'][^\n]*)"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'][^\r\n]*)"  # a CRLF line keeps its CR
+)
+
+# The YAML form in JSON text (a task's output in a tool's answer): a line starts
+# after an escaped break, or at a JSON value's opening quote (not at any quote:
+# source code's `log("token: %s")` stays as it is); the value runs over escapes
+# to the next escaped break or the string's end.
+_YAML_ESCAPED = re.compile(
+    rf"(?i)((?:\\n|:\s?\")(?:[ ]|\\t)*(?:-(?:[ ]|\\t)+)?[\w.\-]*{_NAME}(?:[ ]|\\t)*:(?:[ ]|\\t)+)"
+    r"(\\\"[^\"\\\n]*\\\"|'[^'\\\n]*'|(?:[^\s\"'\\]|\\[^nrt\"\s])(?:[^\"\\\n]|\\[^nr\s])*)"
 )
 
 # Credentials in an Authorization header, and a password in a URL (user:pass@).
@@ -352,6 +362,8 @@ def mask(text: str, literals: Iterable[str] = ()) -> str:
     if ":" in text:
         text = _JSON_FIELD.sub(_json_sub, text)
         text = _YAML_FIELD.sub(_assignment_sub, text)
+        if "\\n" in text or '"' in text:
+            text = _YAML_ESCAPED.sub(_assignment_sub, text)
         text = _AUTH_HEADER.sub(_value_sub, text)
         if "://" in text:
             text = _URL_PASSWORD.sub(_value_sub, text)
