@@ -837,6 +837,40 @@ def test_json_depth_counts_nesting_not_brackets_in_strings():
     assert json_depth('["\\"[[[[", ' + "[" * 65 + "]" * 65 + "]") == 66
 
 
+def test_json_depth_is_the_deepest_nesting_outside_strings():
+    """Against a scan written out here, one character at a time, on random texts
+    of brackets, strings, escapes and unclosed quotes."""
+    import random
+
+    from sidekick_tools.chat.call_body import MAX_JSON_DEPTH, json_depth
+
+    def scanned(text):
+        depth = deepest = 0
+        i = 0
+        while i < len(text):
+            c = text[i]
+            if c == '"':  # a string, to its closing quote or the end
+                i += 1
+                while i < len(text) and text[i] != '"':
+                    i += 2 if text[i] == "\\" else 1
+            elif c in "[{":
+                depth += 1
+                deepest = max(deepest, depth)
+            elif c in "]}":
+                depth -= 1
+            i += 1
+        return deepest
+
+    rng = random.Random(5)
+    pieces = ["[", "{", "]", "}", '"', "\\", "a", ",", ":", "[" * 40, "]" * 30]
+    for _ in range(2000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 60)))
+        if text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+            assert json_depth(text) == scanned(text), text
+        else:
+            assert json_depth(text) >= scanned(text), text
+
+
 def test_a_malformed_body_says_where_in_the_json_words_of_its_own():
     from sidekick_tools.chat.call_body import read_params
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import accumulate
 
 from ..text import DuplicateKey, loads_json
 
@@ -20,9 +21,11 @@ MAX_BODY_BYTES = 1024 * 1024
 MAX_JSON_DEPTH = 64
 # A string runs to its closing quote, or to the end of the text when it has
 # none (then it is no JSON, which the decoder says): were an unclosed string
-# no token, each quote in it (`\"`) would start a scan to the end again, a
+# no string, each quote in it (`\"`) would start a scan to the end again, a
 # call body of 80 KB holding the host 30 s.
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)|[\[\]{}]', re.DOTALL)
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)
+_NO_BRACKETS = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 def json_depth(text: str) -> int:
@@ -30,15 +33,13 @@ def json_depth(text: str) -> int:
     below `MAX_JSON_DEPTH`, possibly an upper bound (the count of brackets)."""
     if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
         return text.count("[") + text.count("{")  # an upper bound, cheap
-    depth = deepest = 0
-    for m in _JSON_TOKENS.finditer(text):
-        c = m.group()
-        if c in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif c in "]}":
-            depth -= 1
-    return deepest
+    # strings and all but brackets dropped, then the depth is the highest running
+    # sum of the steps, all at C speed (a loop over each bracket's match held an
+    # MCP server 11 s on a line of 8 MB)
+    if '"' in text:
+        text = _JSON_STRING.sub("", text)
+    steps = map(_STEP.__getitem__, _NO_BRACKETS.sub("", text))
+    return max(0, max(accumulate(steps), default=0))
 
 
 _JSON_TYPES = {
