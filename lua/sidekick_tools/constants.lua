@@ -2,6 +2,13 @@
 -- diagnostic severities and highlight groups (DESIGN §5, §8). Data only.
 local M = {}
 
+--- What may follow a closing fence's backticks on its line (a pattern): spaces,
+--- tabs, a CR, a NUL (in Lua "\0", over RPC "\n"), as the host's parser reads them
+--- (chat/parser.py FENCE_BLANKS). Lua's `%s` also took "\v" and "\f", the
+--- host's `rstrip()` Unicode spaces: a fence the two closed apart let a fold
+--- hide a call that then ran.
+M.closer_rest = "^[ \t\r\n%z]*$"
+
 --- Task statuses (DESIGN §8), in the order the views offer them
 --- (:SidekickTasks completion, the tasks window's filter cycle).
 M.task_statuses = { "running", "queued", "completed", "failed", "cancelled" }

@@ -14,6 +14,7 @@
 -- (nvim_buf_attach): a reply streaming at the end of a long chat rescans only
 -- its own rows.
 local config = require("sidekick_tools.config")
+local constants = require("sidekick_tools.constants")
 
 local M = {}
 
@@ -98,7 +99,7 @@ local function scan_to(buf, scan, upto)
       if line:byte(1) == BACKTICK then
         local n = backticks(line)
         if open then
-          if n >= open.len and line:sub(n + 1):match("^%s*$") then
+          if n >= open.len and line:sub(n + 1):match(constants.closer_rest) then
             open.close = row
             open = nil
           end

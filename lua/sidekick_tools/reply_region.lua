@@ -5,6 +5,7 @@
 -- that still finds the region not as the host left it (the user edited inside
 -- the reply) is dropped. When the reply ends, what the user changed in its
 -- rows is merged with the rest of the reply (reply_merge.lua).
+local constants = require("sidekick_tools.constants")
 local merge = require("sidekick_tools.reply_merge")
 local undo = require("sidekick_tools.undo")
 
@@ -131,11 +132,11 @@ local function message_starts(all)
   local starts, fence = {}, nil
   for i, line in ipairs(all) do
     if fence then
-      if line:sub(1, #fence) == fence and line:find("^`*%s*$", #fence + 1) then
+      if line:sub(1, #fence) == fence and line:match("^`*(.*)$"):match(constants.closer_rest) then
         fence = nil
       end
-    elseif line:match("^```") then
-      fence = line:match("^(`+)")
+    elseif line:match("^```") and not line:find("`", #line:match("^(`+)") + 1, true) then
+      fence = line:match("^(`+)") -- (an info string with a backtick opens none)
     elseif starts_message(line) then
       table.insert(starts, i)
     end

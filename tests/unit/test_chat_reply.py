@@ -383,6 +383,11 @@ def test_shape_line_tracks_fences_like_the_parser():
     assert shape_line("``", 3) == ("``", 3)
     assert shape_line("`````  ", 3) == ("`````  ", 0)
     assert shape_line("USER: x", 0) == (" USER: x", 0)
+    # only spaces, tabs, a CR or a NUL may follow a closer, as the folds read it:
+    # a model's closer with U+3000 after it hid its next call in a fold
+    assert shape_line("````\u3000", 3) == ("````\u3000", 3)
+    assert shape_line("```\v", 3) == ("```\v", 3)
+    assert shape_line("``` \t\r\x00", 3) == ("``` \t\r\x00", 0)
 
 
 @pytest.mark.parametrize("seed", range(200))

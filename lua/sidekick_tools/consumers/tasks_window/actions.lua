@@ -1,6 +1,7 @@
 -- What the tasks window's keys do (keymaps.tasks_window): open a task's output,
 -- halt, rerun, jump to its call, its output to the quickfix list, filter,
 -- scope, pages, help. Each acts on the task on the cursor line.
+local constants = require("sidekick_tools.constants")
 local format = require("sidekick_tools.format")
 local keymaps = require("sidekick_tools.keymaps")
 
@@ -47,8 +48,8 @@ function M.block_end(buf, row)
       return from
     end
     for i = from + 1, #lines do
-      local run = lines[i]:match("^(`+)%s*$")
-      if run and #run >= #fence then
+      local run, rest = lines[i]:match("^(`+)(.*)$")
+      if run and #run >= #fence and rest:match(constants.closer_rest) then
         return i
       end
     end

@@ -218,12 +218,25 @@ def _new_result(
     )
 
 
+# What may follow a closing fence's backticks: spaces and tabs (CommonMark), a
+# CR (a CRLF file read as Unix), a NUL (Neovim's "\n" in a line, read here as
+# a space or kept as "\x00"). Nothing more: the Lua side (folds, the reply
+# region) closes a fence on exactly these, and a closer the two read apart
+# (`rstrip()` took U+3000 for a blank) let a fold hide a call that then ran.
+FENCE_BLANKS = " \t\r\n\x00"
+
+
+def is_closer(line: str, fence_len: int) -> bool:
+    """Does `line` close a fence of `fence_len` backticks?"""
+    return line.startswith("`" * fence_len) and not line.lstrip("`").strip(FENCE_BLANKS)
+
+
 def find_closer(text: str, fence_len: int, start: int) -> tuple[int, int]:
     """Where the fence of ``fence_len`` backticks closes in ``text`` (rows joined,
     each after its "\n"), looking from offset ``start``: the offsets of the "\n"
     that starts the closing line and of the one that ends it (``len(text)`` at the
     end), or (-1, -1) when it never closes. A closing line is at least as many
-    backticks and nothing else but trailing blanks."""
+    backticks and nothing else but trailing FENCE_BLANKS."""
     closer = "\n" + "`" * fence_len
     find = text.find
     while True:
@@ -233,7 +246,7 @@ def find_closer(text: str, fence_len: int, start: int) -> tuple[int, int]:
         eol = find("\n", j + 1)
         if eol == -1:
             eol = len(text)
-        if not text[j + 1 : eol].rstrip().lstrip("`"):
+        if not text[j + 1 : eol].lstrip("`").strip(FENCE_BLANKS):
             return j, eol
         start = j + 1
 

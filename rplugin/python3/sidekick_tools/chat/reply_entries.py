@@ -15,7 +15,7 @@ from typing import Any, Union
 
 from ..text import loads_json
 from .call_body import MAX_JSON_DEPTH, json_depth
-from .parser import MARKERS
+from .parser import MARKERS, is_closer
 from .render import fence_for, new_call_id
 
 _UNSAFE_TOKEN = re.compile(r"[\s`]+")
@@ -53,7 +53,7 @@ def shape_line(line: str, fence: int) -> tuple[str, int]:
     string free of backticks; a closer is a line of at least as many backticks only.
     """
     if fence:
-        if line.startswith("`" * fence) and not line.rstrip().lstrip("`"):
+        if is_closer(line, fence):
             return line, 0
         return line, fence
     if line.startswith("```"):
