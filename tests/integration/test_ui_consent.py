@@ -484,6 +484,36 @@ def test_running_a_call_whose_path_leads_outside_through_a_link_asks_first(edito
     assert (outside / "y").read_text() == "y"
 
 
+def test_running_a_write_a_link_leads_into_git_s_folder_asks_first(editor):
+    """A repository carries `settings.cfg -> .git/config`: an edit of it by
+    hand plants core.fsmonitor, which the next `git status` runs. It is asked
+    about first, naming where it lands; agreed, its result says so too."""
+    git = editor.workdir / ".git"
+    git.mkdir()
+    (git / "config").write_text("[core]\n")
+    (editor.workdir / "settings.cfg").symlink_to(git / "config")
+    editor.setup()
+    screen = Screen(editor)
+    params = {"path": "settings.cfg", "old": "[core]\n", "new": "[core]\n\tfsmonitor = x\n"}
+    editor.open_chat(chat(call_block("replace_in_file", params, "e")))
+    before = editor.text()
+    editor.nvim.command(
+        f"call cursor({before.split(chr(10)).index('```tool replace_in_file id=e') + 1}, 1)"
+    )
+    editor.nvim.input(":SidekickRunTool\r")
+    dialog = screen.dialog(1)
+    assert f"settings.cfg leads to {git / 'config'}, in a folder whose files git" in dialog
+    editor.nvim.input("c")  # Cancel
+    wait_for(lambda: [n for n in editor.notifications() if "nothing was run" in n])
+    assert editor.text() == before and (git / "config").read_text() == "[core]\n"
+    editor.nvim.input(":SidekickRunTool\r")
+    screen.dialog(2)
+    editor.nvim.input("r")  # Run
+    editor.wait_text("```result id=e status=completed")
+    assert f"settings.cfg, which leads to {git / 'config'}" in editor.text()
+    assert "fsmonitor" in (git / "config").read_text()
+
+
 def test_running_a_task_again_whose_cwd_leads_outside_through_a_link_asks_first(editor):
     """The tasks list's `r` runs a call again by its id: it asks, as
     :SidekickRunTool does, when the call's cwd leads outside through a link."""

@@ -380,3 +380,60 @@ def test_a_path_that_reads_as_inside_but_leads_out_through_a_link_is_hidden(root
     assert hidden_outside({"cwd": "docs"}, cwd) == [("docs", str(outside))]
     for path in ("../outside/x", str(outside / "x"), "a.txt"):
         assert hidden_outside({"path": path}, cwd) == [], path
+
+
+def test_a_write_into_a_folder_whose_files_git_runs_is_never_approved(root):
+    """With writes opted into auto_accept.tools, `.git/config` was "inside" the
+    working directory: a chained write set core.fsmonitor, and the next `git
+    status` (a shell prompt's) ran it. A write there, written so or led there
+    by a link, a `.git` file, Mercurial's folder, or a chat, is asked about;
+    reading and listing them are not."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "settings.cfg").symlink_to(root / ".git" / "config")
+    (root / "notes.sidekick.md").write_text("USER: hi\n")
+    ctx = make_ctx(root, tools=sorted(FIVE - {"run_terminal_command"}))
+    writes = [
+        ".git/config",
+        ".git/hooks/pre-commit",
+        "sub/../.git/config",
+        ".GIT/config",  # a case-insensitive file system's .git
+        ".git",  # a `.git` file points git at another folder
+        ".hg/hgrc",
+        "settings.cfg",  # a link into .git
+        "notes.sidekick.md",
+        "c.sidekick.md",
+    ]
+    for path in writes:
+        assert decide("write_file", {"path": path, "content": "x"}, ctx) == "ask", path
+        params = {"path": path, "old": "a", "new": "b"}
+        assert decide("replace_in_file", params, ctx) == "ask", path
+    assert decide("write_file", {"path": "src/a.py", "content": "x"}, ctx) == "approve"
+    assert decide("read_files", {"paths": [".git/config", "settings.cfg"]}, ctx) == "approve"
+    assert decide("list_directory", {"path": ".git"}, ctx) == "approve"
+
+
+def test_a_write_a_link_leads_into_git_s_folder_is_named(root):
+    """The question and the write's result say where it lands; a path written
+    as `.git/…` shows it already."""
+    from sidekick_tools.tools.policy import hidden_code
+    from sidekick_tools.tools.write_file import write
+
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "settings.cfg").symlink_to(root / ".git" / "config")
+    cwd = str(root)
+    target = str(root / ".git" / "config")
+    params = {"path": "settings.cfg", "content": "x"}
+    assert hidden_code("write_file", params, cwd) == [("settings.cfg", target)]
+    assert hidden_code("replace_in_file", {"path": "settings.cfg"}, cwd) == [
+        ("settings.cfg", target)
+    ]
+    assert hidden_code("read_files", {"paths": ["settings.cfg"]}, cwd) == []
+    assert hidden_code("write_file", {"path": ".git/config"}, cwd) == []
+    note = outside_note(params, cwd, "write_file")
+    assert note == f" [in a folder whose files git or Mercurial run: {target}]"
+    assert outside_note(params, cwd) == ""  # no tool: no write
+    assert f"settings.cfg, which leads to {target}" in write("settings.cfg", "x", cwd).body
+    assert write("b.txt", "x", cwd).body == "Created b.txt (1 byte written)."

@@ -115,7 +115,7 @@ class CallBatch:
                     "tool": call.tool,
                     "row": call.start_row,
                     "verdict": verdict,
-                    "what": describe(call) + outside_note(call.params, cwd),
+                    "what": describe(call) + outside_note(call.params, cwd, call.tool),
                     "problem": problem or None,
                     "why": why,
                     "seen": digest(call),

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..chat import ToolCall
 from ..tools.base import ToolResult
-from ..tools.policy import hidden_outside, judge
+from ..tools.policy import CODE_WORDS, hidden_code, hidden_outside, judge
 from .context import CallContext
 from .execute import CallExecutor, denied, started_by
 from .follow import TaskFollower
@@ -314,13 +314,20 @@ class CallChain:
 async def link_question(call: ToolCall, cwd: str) -> dict[str, Any] | None:
     """`{"confirm": question}` for a call whose `path`, `paths` or `cwd` reads
     as inside the working directory but leads outside it through a link in
-    the project: running it by hand is consent to what its text shows."""
-    hidden = await asyncio.to_thread(hidden_outside, call.params, cwd)
-    if not hidden:
+    the project, or a write that a link leads into a `.git` or `.hg`: running
+    it by hand is consent to what its text shows."""
+
+    def found() -> list[str]:
+        out = [(hidden_outside(call.params, cwd), "outside the working directory")]
+        out.append((hidden_code(call.tool, call.params, cwd), CODE_WORDS))
+        return [
+            "; ".join(f"{path} leads to {real}" for path, real in hidden) + f", {where}"
+            for hidden, where in out
+            if hidden
+        ]
+
+    leads = await asyncio.to_thread(found)
+    if not leads:
         return None
-    leads = "; ".join(f"{path} leads to {real}" for path, real in hidden)
     name = f"{call.tool} {call.call_id}" if call.call_id else call.tool
-    return {
-        "confirm": f"{name}: {leads}, outside the working directory, through a link in "
-        "the project. Run it?",
-    }
+    return {"confirm": f"{name}: {'; '.join(leads)}, through a link in the project. Run it?"}

@@ -70,6 +70,42 @@ def is_inside(path: str, cwd: str) -> bool:
     return target.startswith(root.rstrip(os.sep) + os.sep)
 
 
+# Folders whose files a tool the user runs anyway executes: git's (its config's
+# core.fsmonitor, core.pager and aliases, its hooks: a shell prompt or a git
+# plugin runs `git status` unasked) and Mercurial's (hgrc hooks); a `.git`
+# file points git at another folder. A write there is code the user never saw run.
+RUN_BY_TOOLS = frozenset((".git", ".hg"))
+
+
+def runs_code(path: str) -> bool:
+    """Does the absolute `path` lie in (or is it) a `.git` or `.hg`?"""
+    return any(part.lower() in RUN_BY_TOOLS for part in path.split(os.sep))
+
+
+def writes_code(path: str, cwd: str) -> str | None:
+    """Where a write to `path` really lands when that is in a `.git` or `.hg`
+    (as written, or through a link), else None."""
+    try:
+        shown, target = resolve(path, cwd), real(path, cwd)
+    except (ValueError, OSError):
+        return None
+    return target if runs_code(shown) or runs_code(target) else None
+
+
+def as_written(shown: str, cwd: str) -> str:
+    """`shown`, the path a write was given, as its result names it: with where
+    it really went when a link in the project led it outside `cwd` or into a
+    `.git` or `.hg`."""
+    try:
+        path, target = resolve(shown, cwd), real(shown, cwd)
+    except (ValueError, OSError):
+        return shown
+    hidden = runs_code(target) and not runs_code(path)
+    if target != path and (hidden or not is_inside(shown, cwd)):
+        return f"{shown}, which leads to {target}"
+    return shown
+
+
 def too_broad(cwd: str) -> str | None:
     """What ``cwd`` is when "inside it" says nothing: the root of the file
     system, the home folder or a folder above it (every file of the user's is

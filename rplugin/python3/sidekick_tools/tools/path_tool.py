@@ -5,6 +5,7 @@ thread, off the host's loop."""
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from . import _fs
@@ -12,17 +13,31 @@ from .base import ToolContext, ToolResult
 from .schema import validate
 
 
+def _a_chat(path: str, ctx: ToolContext) -> bool:
+    """Is `path` a chat (this one, or any `*.sidekick.md`)? A chat written on
+    disk reaches its buffer on `:checktime`, calls and results forged."""
+    target = _fs.real(path, ctx.cwd)
+    if target.endswith(".sidekick.md"):
+        return True
+    return bool(ctx.chat) and os.path.isabs(ctx.chat) and target == os.path.realpath(ctx.chat)
+
+
 class PathTool:
     """A tool with a ``path`` parameter; a subclass gives ``schema`` and ``work``."""
 
     schema: dict[str, Any]
+    writes = False  # a tool that writes its path
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
-        """The path really lies inside ctx.cwd (symlinks and .. resolved). Only the
-        tool's own condition: `policy.decide` may ask for more (a tool that
-        writes must also be named in auto_accept.tools, which none is by default)."""
+        """The path really lies inside ctx.cwd (symlinks and .. resolved); a write
+        neither lands in a `.git` or `.hg` (`_fs.writes_code`) nor in a chat.
+        Only the tool's own condition: `policy.decide` may ask for more (a tool
+        that writes must also be named in auto_accept.tools, which none is by
+        default)."""
         path = params.get("path")
-        return isinstance(path, str) and _fs.is_inside(path, ctx.cwd)
+        if not isinstance(path, str) or not _fs.is_inside(path, ctx.cwd):
+            return False
+        return not self.writes or not (_fs.writes_code(path, ctx.cwd) or _a_chat(path, ctx))
 
     async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
         err = validate(self.schema, params)

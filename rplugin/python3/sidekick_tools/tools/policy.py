@@ -137,11 +137,34 @@ def _outside(params: Any, cwd: str) -> list[tuple[str, str]]:
     return out
 
 
-def outside_note(params: Any, cwd: str) -> str:
+def outside_note(params: Any, cwd: str, tool_name: str = "") -> str:
     """For a consent question: where a call's ``path``, ``paths`` or ``cwd``
-    really leads when that is outside ``cwd``, else ""."""
+    really leads when that is outside ``cwd``, or where a write lands when a
+    link leads it into a `.git` or `.hg` (`hidden_code`), else ""."""
     out = [real for _, real in _outside(params, cwd)]
-    return f" [outside the working directory: {', '.join(out)}]" if out else ""
+    note = f" [outside the working directory: {', '.join(out)}]" if out else ""
+    code = [real for _, real in hidden_code(tool_name, params, cwd)]
+    return note + (f" [{CODE_WORDS}: {', '.join(code)}]" if code else "")
+
+
+CODE_WORDS = "in a folder whose files git or Mercurial run"
+
+
+def hidden_code(tool_name: str, params: Any, cwd: str) -> list[tuple[str, str]]:
+    """A write's ``path`` that reads as no `.git` or `.hg` but lands in one
+    through a link in the project (`settings.cfg` -> `.git/config`: the next
+    `git status` runs what the write put there), with where it lands."""
+    from . import REGISTRY  # late: the registry imports every tool
+
+    if not getattr(REGISTRY.get(tool_name), "writes", False) or not isinstance(params, dict):
+        return []
+    path = params.get("path")
+    if not isinstance(path, str) or not path:
+        return []
+    target = _fs.writes_code(path, cwd)
+    if target is None or _fs.runs_code(_fs.resolve(path, cwd)):
+        return []
+    return [(path, target)]
 
 
 def hidden_outside(params: Any, cwd: str) -> list[tuple[str, str]]:

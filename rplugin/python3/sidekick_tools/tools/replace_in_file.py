@@ -15,6 +15,7 @@ SHOW_LINES = 40  # lines of the replaced region echoed back
 
 class ReplaceInFile(PathTool):
     name = "replace_in_file"
+    writes = True
     description = "Replace the one occurrence of `old` in a file with `new` (must match once)."
     schema = object_schema(
         {
@@ -65,6 +66,7 @@ def replace(shown: str, old: str, new: str, cwd: str) -> ToolResult:
 
     start = text.find(old)
     first, last = _line_span(text, start, start + len(old))
+    shown = _fs.as_written(shown, cwd)
     if old == new:
         return ToolResult.ok(f"{shown}: old and new are identical (line {first}); unchanged.")
     result = text[:start] + new + text[start + len(old) :]

@@ -12,6 +12,7 @@ from .schema import MAX_CONTENT, object_schema, string
 
 class WriteFile(PathTool):
     name = "write_file"
+    writes = True
     description = "Create or overwrite a file with the given content (parent directories created)."
     schema = object_schema(
         {
@@ -37,9 +38,7 @@ def write(shown: str, content: str, cwd: str) -> ToolResult:
         return ToolResult.fail(f"{shown}: {e}")
     except OSError as e:
         return ToolResult.fail(f"{shown}: cannot write: {_fs.describe_os_error(e)}")
-    real = _fs.real(shown, cwd)
-    if real != path and not _fs.is_inside(shown, cwd):
-        shown = f"{shown}, which leads to {real}"  # a link in the project led it out
+    shown = _fs.as_written(shown, cwd)
     if previous is None:
         return ToolResult.ok(f"Created {shown} ({_bytes(len(data))} written).")
     return ToolResult.ok(
