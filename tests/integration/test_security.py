@@ -41,6 +41,19 @@ def test_the_host_never_imports_from_the_project_folder(editors, monkeypatch):
     assert not sentinel.exists(), sentinel.read_text()
 
 
+def test_a_task_gets_no_address_of_the_editor(editor):
+    """Neovim gives its jobs $NVIM, the address of its own server: a task (an
+    agent trusted to run in its own sandbox, say) could drive the editor with
+    it, the plugin's auto-accept settings included."""
+    assert editor.lua("return vim.v.servername") != ""
+    editor.setup()
+    cmd = 'echo "nvim=[${NVIM-}] [${NVIM_LISTEN_ADDRESS-}]"'
+    editor.open_chat(HEAD + call("e", "run_terminal_command", {"command": cmd}))
+    editor.run_tool(5)
+    editor.wait_text("```result id=e status=completed exit=0")
+    assert "nvim=[] []" in editor.text()
+
+
 def test_output_cannot_act_on_the_editor_through_a_modeline(editor):
     """`vim: set ff=mac :` printed by a task must not become a modeline that
     mangles the saved chat when it is opened again."""

@@ -13,6 +13,11 @@ import sys
 
 
 def main() -> int:
+    # Neovim gives its jobs its own server's address: tasks, agents and the
+    # commands they start inherit this process's environment, and must not
+    # reach the editor (a task could set the plugin's auto-accept through it)
+    for name in ("NVIM", "NVIM_LISTEN_ADDRESS"):
+        os.environ.pop(name, None)
     # stderr is what the user is shown when the host dies: warnings and errors
     # only (the INFO lines go to host.log)
     stderr = logging.StreamHandler(sys.stderr)
