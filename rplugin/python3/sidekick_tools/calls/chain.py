@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
 from ..chat import ToolCall
+from ..chat.edits import describe
 from ..tools.base import ToolResult
 from ..tools.policy import CODE_WORDS, hidden_code, hidden_outside, judge
 from .context import CallContext
@@ -87,7 +89,7 @@ class CallChain:
         mirror, call = await self.marks.call_at(buf, row, "of an ASSISTANT message")
         self.refuse_streaming(buf, mirror, call)
         self.marks.refuse_busy(buf, call)
-        question = None if confirmed else await link_question(call, cwd)
+        question = None if confirmed else await hand_question(call, cwd)
         if question:
             return question
         tracked = await self.marks.prepare(buf, call)
@@ -136,7 +138,7 @@ class CallChain:
             )
         self.refuse_streaming(buf, mirror, call)
         self.marks.refuse_busy(buf, call)
-        question = None if confirmed else await link_question(call, cwd)
+        question = None if confirmed else await hand_question(call, cwd)
         if question:
             return question
         tracked = await self.marks.prepare(buf, call)
@@ -311,23 +313,39 @@ class CallChain:
         fut.add_done_callback(log_failure)
 
 
-async def link_question(call: ToolCall, cwd: str) -> dict[str, Any] | None:
-    """`{"confirm": question}` for a call whose `path`, `paths` or `cwd` reads
-    as inside the working directory but leads outside it through a link in
-    the project, or a write that a link leads into a `.git` or `.hg`: running
-    it by hand is consent to what its text shows."""
+# A `\uXXXX` escape of a plain ASCII character: JSON needs none (the plugin
+# writes a model's calls without), so a chat file's call written with them
+# hides what runs from whoever reads it (`make test\u003b\u0020rm …`). An
+# escaped backslash before one makes it no escape.
+_NEEDLESS_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u00[2-7][0-9A-Fa-f]")
+
+
+async def hand_question(call: ToolCall, cwd: str) -> dict[str, Any] | None:
+    """`{"confirm": question}` for a call run by hand whose text does not show
+    what it does: one written with needless escapes (`\\u003b` for `;`: the
+    question shows it decoded), one whose `path`, `paths` or `cwd` reads as
+    inside the working directory but leads outside it through a link in the
+    project, or a write that a link leads into a `.git` or `.hg`. Running a
+    call by hand is consent to what its text shows."""
 
     def found() -> list[str]:
         out = [(hidden_outside(call.params, cwd), "outside the working directory")]
         out.append((hidden_code(call.tool, call.params, cwd), CODE_WORDS))
         return [
-            "; ".join(f"{path} leads to {real}" for path, real in hidden) + f", {where}"
+            "; ".join(f"{path} leads to {real}" for path, real in hidden)
+            + f", {where}, through a link in the project"
             for hidden, where in out
             if hidden
         ]
 
-    leads = await asyncio.to_thread(found)
-    if not leads:
+    why = await asyncio.to_thread(found)
+    if call.params is not None and _NEEDLESS_ESCAPE.search(call.body):
+        why.insert(
+            0,
+            "its text writes plain characters as \\u escapes, which hide what it does; "
+            f"decoded: {describe(call)}",
+        )
+    if not why:
         return None
     name = f"{call.tool} {call.call_id}" if call.call_id else call.tool
-    return {"confirm": f"{name}: {'; '.join(leads)}, through a link in the project. Run it?"}
+    return {"confirm": f"{name}: {'; '.join(why)}. Run it?"}
