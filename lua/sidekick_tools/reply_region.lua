@@ -195,7 +195,9 @@ local function slipped(buf, mark)
   end
   for i = 2, #top do
     if top[i] == k.header then
-      place(buf, mark, first + i - 1, last)
+      -- no further than the rows the region had: a whole buffer set anew
+      -- (a Lua formatter) leaves its end on the buffer's last row
+      place(buf, mark, first + i - 1, math.min(last, first + i - 2 + k.rows))
       return true
     end
   end
@@ -241,7 +243,7 @@ function M.edit(buf, mark, e, expect, rows)
     return
   end
   local first = as_left(buf, mark, e[1], expect, rows, e[3])
-  if not first and (slipped(buf, mark) or relocate(buf, mark)) then
+  if not first and (relocate(buf, mark) or slipped(buf, mark)) then
     first = as_left(buf, mark, e[1], expect, rows, e[3])
   end
   local ok = first ~= nil
@@ -323,7 +325,7 @@ end
 --- it while it streamed kept. False when the region is gone.
 function M.close(buf, mark, lines)
   local k, base = known[mark], shadow[mark]
-  local _ = slipped(buf, mark) or relocate(buf, mark)
+  local _ = relocate(buf, mark) or slipped(buf, mark)
   local first, last = M.rows(buf, mark)
   desynced[mark] = nil
   known[mark] = nil

@@ -760,7 +760,15 @@ def test_half_a_surrogate_pair_in_a_reply_loses_nothing(editor, fake, kind):
 
 @pytest.mark.parametrize(
     "rewrite",
-    ["%!cat", "%s/ $//e", "%!fmt -w 60", "%!sed 's/^ASSISTANT: w0 w1 /ASSISTANT: W0 w1 /'"],
+    [
+        "%!cat",
+        "%s/ $//e",
+        "%!fmt -w 60",
+        "%!sed 's/^ASSISTANT: w0 w1 /ASSISTANT: W0 w1 /'",
+        # a Lua formatter setting every line anew: the reply's mark then ends
+        # on the buffer's last row, and the reply was written a second time
+        "lua vim.api.nvim_buf_set_lines(0, 0, -1, false, vim.fn.getline(1, '$'))",
+    ],
 )
 def test_a_formatter_rewriting_the_chat_mid_stream_loses_nothing(editor, fake, kind, rewrite):
     """A whole-buffer filter (what a formatter does) while a reply streams: the
