@@ -170,6 +170,25 @@ def test_supervisor_survives_sigterm_and_records_exit(tmp_path) -> None:
     assert rec is not None and rec.code == 143 and rec.signal == 15
 
 
+def test_a_halted_command_that_had_not_started_never_starts(tmp_path) -> None:
+    """A halt right after an MCP `run` sent the group's SIGTERM before the
+    command existed (or between its fork and exec, where the wrapper's handler
+    took it): the command went on doing its work until the SIGKILL 5 s later.
+    A halt writes its file first; the command's own shell looks for it."""
+    log_dir = str(tmp_path / "log")
+    os.makedirs(log_dir)
+    wrapper.mark_halted(log_dir)
+    canary = tmp_path / "ran"
+    proc = spawn.spawn(f"touch {canary}", log_dir, cwd=str(tmp_path))
+    assert proc.popen.wait(timeout=10) == 143
+    assert not canary.exists()
+    # a command not halted sees its script as before: `$?` is 0, $0 is sh's
+    log_dir = str(tmp_path / "log2")
+    proc = spawn.spawn('echo "rc=$? $0"', log_dir, cwd=str(tmp_path))
+    assert proc.popen.wait(timeout=10) == 0
+    assert read(os.path.join(log_dir, "stdout")) == "rc=0 /bin/sh\n"
+
+
 async def test_terminate_group_kills_a_tree_that_ignores_sigterm(tmp_path) -> None:
     log_dir = str(tmp_path / "log")
     cmd = "trap '' TERM; sleep 1000 & sleep 1000 & echo ready; wait"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .groups import signal_group, terminate_group
 from .identity import is_alive
-from .wrapper import read_exit
+from .wrapper import mark_halted, read_exit
 
 CHILD_POLL_INTERVAL = 0.1  # waitid poll when pidfds are unavailable
 ADOPTED_POLL_INTERVAL = 0.5  # exit record + identity poll of a process we did not spawn
@@ -60,6 +60,7 @@ class TaskProcess:
         """SIGTERM the group, SIGKILL after `grace`; True when SIGKILL was needed."""
         if self.exited or not self._ours_to_signal():
             return False
+        mark_halted(self.log_dir)  # first: a command not started yet then never starts
         return await terminate_group(self.pgid, grace)
 
     def kill(self) -> bool:

@@ -13,7 +13,7 @@ import sys
 
 from .identity import start_token
 from .process import ChildProcess
-from .wrapper import SUPERVISOR_NAME, WRAPPER
+from .wrapper import SUPERVISOR_NAME, WRAPPER, guarded
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,8 @@ def spawn(
         raise SpawnError(f"cannot create the task's log directory {log_dir}: {exc}") from exc
     try:
         popen = subprocess.Popen(
-            ["/bin/sh", "-c", WRAPPER, SUPERVISOR_NAME, command, log_dir, _umask()]
+            ["/bin/sh", "-c", WRAPPER, SUPERVISOR_NAME, guarded(command, log_dir), log_dir]
+            + [_umask()]
             + ([task_id] if task_id else []),
             cwd=cwd or None,
             env=full_env,

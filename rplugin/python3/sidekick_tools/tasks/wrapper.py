@@ -15,6 +15,11 @@ stdin /dev/null, no controlling terminal. The wrapper (the task's *supervisor*):
   reads as empty. Output never passes through Python.
 - traps TERM/HUP/INT with a handler (not `trap ''`, which the command would
   inherit as "ignored"), so it outlives the command and records its exit;
+- runs the command (`guarded`) only when `LOG_DIR/halt` is not there: a halt
+  writes it before the group's SIGTERM, which misses a command not started yet
+  (or forked and not yet exec'd, when the wrapper's handler takes it and the
+  exec drops it): halted right after it started, a command went on doing its
+  work until the SIGKILL after the grace;
 - writes `LOG_DIR/exit` with one builtin `printf` (no extra process per task):
   `code=`, `signal=`, `ended=`. A record without its final `ended=` line and
   newline is still being written and reads as absent. When it cannot be
@@ -26,6 +31,7 @@ See bench/ANALYSIS.md for how these choices were measured.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 
 from .identity import start_token
@@ -45,6 +51,24 @@ exit "$sk_rc"
 """
 
 SUPERVISOR_NAME = "sidekick-task"
+HALT = "halt"  # in LOG_DIR: the task was halted (written before its SIGTERM)
+
+
+def guarded(command: str, log_dir: str) -> str:
+    """`command` as the wrapper runs it: first, in the command's own shell (after
+    its exec: a SIGTERM from then on reaches it), a look for the halt file. On
+    the command's first line, and `$?` is 0 after it, so nothing the command
+    sees of its script changes."""
+    halt = shlex.quote(os.path.join(log_dir, HALT))
+    return f"if [ -e {halt} ]; then exit 143; fi; {command}"
+
+
+def mark_halted(log_dir: str) -> None:
+    """Write the halt file (`guarded`); a log folder gone or full is no matter."""
+    try:
+        os.close(os.open(os.path.join(log_dir, HALT), os.O_WRONLY | os.O_CREAT, 0o600))
+    except OSError:
+        pass
 
 
 @dataclass(frozen=True)
