@@ -469,9 +469,9 @@ def test_sending_with_calls_pending_denies_them_first(editor, fake, kind):
     editor.wait_text("ok then")
     text_ = editor.text()
     assert "```result id=call_p status=denied reason=user" in text_
-    assert "Not run: the user replied instead." in text_
+    assert "not run: the user replied instead" in text_
     sent = json.dumps(fake.requests[0].json)
-    assert "Not run: the user replied instead." in sent and "no, just tell me" in sent
+    assert "not run: the user replied instead" in sent and "no, just tell me" in sent
 
 
 def test_max_turns_stops_the_loop(editor, fake, kind):
@@ -1017,11 +1017,11 @@ def test_an_empty_send_with_a_call_pending_makes_one_request(editor, fake, kind)
     assert "Third reply." not in editor.text()
     assert len(fake.requests) == 2
     result = lines.index("```result id=c_zz status=denied reason=user")
-    assert lines[result + 1] == "Not run: the user went on without running it."
+    assert lines[result + 1] == "not run: the user went on without running it"
     assert lines[result + 2 :] == ["```", "", "ASSISTANT: Second reply.", "", "USER: "]
     editor.wait_diag(row, "⊘ run_terminal_command")
     sent = json.dumps(fake.requests[1].json)
-    assert "Not run: the user went on without running it." in sent
+    assert "not run: the user went on without running it" in sent
     assert not (editor.workdir / "zz").exists()
 
 

@@ -33,9 +33,9 @@ async def deny_pending(chain: CallChain, buf: int) -> None:
     mirror = await chain.marks.mirror(buf)
     calls = mirror.chat().unanswered()
     if user_typing(mirror.chat(), mirror.lines):
-        why = "Not run: the user replied instead."
+        why = "not run: the user replied instead"
     else:
-        why = "Not run: the user went on without running it."
+        why = "not run: the user went on without running it"
     # its result comes: it runs, is queued to, or was denied a moment ago
     calls = [call for call in calls if not chain.marks.coming(buf, call)]
     # all prepared in one edit, before the first answer is written: prepared
