@@ -542,6 +542,7 @@ def test_a_key_is_masked_once_per_line_not_once_per_frame(monkeypatch):
         return line.replace(key, "***")
 
     monkeypatch.setattr(reply_render, "mask_literals", counting)
+    monkeypatch.setattr(reply_render, "mask", counting)  # a text entry's: every secret
     renderer = ReplyRenderer(secrets=(key,))
     frames = 2000
     for i in range(frames):
@@ -552,6 +553,40 @@ def test_a_key_is_masked_once_per_line_not_once_per_frame(monkeypatch):
     assert len(calls) < 3 * frames  # not the 2,000,000 of a whole entry per frame
     text = "\n".join(renderer.lines)
     assert key not in text and text.count("***") == 4
+
+
+def test_secrets_the_model_writes_in_its_text_are_masked_not_in_its_calls():
+    """DESIGN §12: key formats are masked in everything the plugin writes into a
+    chat, what a model's reply says included (with no API key to mask, too). A
+    call's input is what the call does: a fixture's `password=` stays; thinking
+    is kept as its signature signs it."""
+    from sidekick_tools.chat.blocks import (
+        BlockEnd,
+        ThinkingDelta,
+        ToolCallArgs,
+        ToolCallEnd,
+        ToolCallStart,
+    )
+
+    ghp = "ghp_" + "a1B2" * 9
+    renderer = ReplyRenderer()
+    renderer.feed(ThinkingDelta(f"the user pasted {ghp}"))
+    renderer.feed(BlockEnd())
+    renderer.feed(TextDelta(f"Your token {ghp} is set;\nAKIAABCDEFGHIJKLMNOP\n"))
+    renderer.feed(TextDelta("-----BEGIN RSA PRIVATE KEY-----\nand then password=hunter2 ok"))
+    params = '{"path": "t.env", "content": "password=fixture1"}'
+    renderer.feed(BlockEnd())
+    renderer.feed(ToolCallStart(1, "toolu_1", "write_file"))
+    renderer.feed(ToolCallArgs(1, params))
+    renderer.feed(ToolCallEnd(1))
+    renderer.finish()
+    lines = renderer.lines
+    text = "\n".join(lines)
+    assert "Your token ghp_*** is set;" in lines and "AKIA***" in lines
+    assert "-----BEGIN RSA PRIVATE KEY----- ***" in lines  # still one line
+    assert "and then password=*** ok" in lines
+    assert "password=fixture1" in text  # the call's input, as the model wrote it
+    assert f"the user pasted {ghp}" in text  # thinking, as signed
 
 
 async def test_a_costly_frame_leaves_the_host_time_before_the_next(monkeypatch):

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..secrets_mask import mask_literals
+from ..secrets_mask import mask, mask_literals
 from .blocks import Block, Delta
 from .reply import MARKER, ReplyBuilder, deltas_of
 
@@ -109,7 +109,11 @@ def apply_edit(lines: list[str], edit: Edit) -> list[str]:
     return [*lines[: edit.start_row], *middle, *lines[edit.end_row + 1 :]]
 
 
-_MASKED = ("text", "tool_use")  # the entries whose text a key is masked in
+# The entries whose text the request's API key is masked in; in a text entry
+# (what the model says) every secret `secrets_mask.mask` knows is masked too,
+# not in a call's input (what the call does) nor in thinking (its signature
+# signs it as it came).
+_MASKED = ("text", "tool_use")
 
 
 class ReplyRenderer:
@@ -134,7 +138,7 @@ class ReplyRenderer:
         self._lo = 0  # rows before this are unchanged since the last take
         # each line masked in the last flush, with its masked form: an entry is
         # rendered whole each frame, its unchanged lines are not masked again
-        self._masked: dict[str, str] = {}
+        self._masked: dict[tuple[bool, str], str] = {}
         # a text entry's masked lines, by entry, and how many of them it had
         # settled then: those are taken as they are, not looked up line by line
         # (a reply of a million lines cost a million lookups a frame)
@@ -183,7 +187,7 @@ class ReplyRenderer:
             if entry.empty:
                 continue
             rendered = entry.render()
-            if self._secrets and entry.kind in _MASKED:
+            if entry.kind == "text" or (self._secrets and entry.kind in _MASKED):
                 rendered = self._masked_lines(entry, rendered, known)
             if first_visible:
                 first_visible = False
@@ -197,15 +201,18 @@ class ReplyRenderer:
         self._lines = out
         self._dirty = None
 
-    def _masked_lines(self, entry: Any, rendered: list[str], known: dict[str, str]) -> list[str]:
+    def _masked_lines(
+        self, entry: Any, rendered: list[str], known: dict[tuple[bool, str], str]
+    ) -> list[str]:
         settled, masked = self._settled.get(id(entry), (0, []))
         fresh = rendered[settled:]
-        if len(fresh) > 8 and not any("\n" in secret for secret in self._secrets):
+        text = entry.kind == "text"
+        if not text and len(fresh) > 8 and not any("\n" in s for s in self._secrets):
             # many new lines (a frame of a fast stream) in one call: no piece of
             # a key is found across a line break, so the lines come back as many
             done = mask_literals("\n".join(fresh), self._secrets).split("\n")
         else:
-            done = [self._mask(line, known) for line in fresh]
+            done = [self._mask(line, known, text) for line in fresh]
         out = masked[:settled] + done
         now = getattr(entry, "settled", 0)
         if now:
@@ -214,11 +221,14 @@ class ReplyRenderer:
             self._settled.pop(id(entry), None)
         return out
 
-    def _mask(self, line: str, known: dict[str, str]) -> str:
-        masked = known.get(line)
+    def _mask(self, line: str, known: dict[tuple[bool, str], str], text: bool) -> str:
+        masked = known.get((text, line))
         if masked is None:
-            masked = mask_literals(line, self._secrets)
-        self._masked[line] = masked
+            if text:  # a line stays a line (a PEM key's BEGIN line alone gets "\n***")
+                masked = mask(line, self._secrets).replace("\n", " ")
+            else:
+                masked = mask_literals(line, self._secrets)
+        self._masked[(text, line)] = masked
         return masked
 
     def take(self) -> Edit | None:
