@@ -85,7 +85,7 @@ def test_running_diagnostic_shows_progress_and_ticks(editor):
     d = editor.wait_diag(HEADER_ROW, "⟳ run_terminal_command (running")
     d = wait_for(
         lambda: re.fullmatch(
-            r"⟳ run_terminal_command \(running ([1-9]\d*)s, 45%: Scanning auth/\)",
+            r"⟳ run_terminal_command \(running ([1-9]\d*)s, 45%\): Scanning auth/",
             editor.diag_at(HEADER_ROW)["message"],
         )
     )

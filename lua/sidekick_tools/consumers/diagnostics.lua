@@ -37,23 +37,21 @@ function M.message(st, now)
   elseif st.state == "queued" then
     return string.format("%s %s (queued, %d ahead)", glyph, tool, st.ahead)
   elseif st.state == "running" then
-    local parts = { "running" }
-    if st.started_at then
-      parts[1] = "running " .. format.elapsed(st.started_at, now)
-    end
+    -- `(running 12s, 45%)` as DESIGN §5 has it; the progress text and any
+    -- detail after it
+    local head = st.started_at and ("running " .. format.elapsed(st.started_at, now)) or "running"
     if st.progress then
-      local pct = string.format("%d%%", st.progress)
-      if st.progress_text and st.progress_text ~= "" then
-        pct = pct .. ": " .. st.progress_text
-      end
-      table.insert(parts, pct)
-    elseif st.progress_text and st.progress_text ~= "" then
-      table.insert(parts, st.progress_text)
+      head = string.format("%s, %d%%", head, st.progress)
+    end
+    local tail = {}
+    if st.progress_text and st.progress_text ~= "" then
+      table.insert(tail, st.progress_text)
     end
     if st.detail then
-      table.insert(parts, st.detail)
+      table.insert(tail, st.detail)
     end
-    return string.format("%s %s (%s)", glyph, tool, table.concat(parts, ", "))
+    local msg = string.format("%s %s (%s)", glyph, tool, head)
+    return #tail > 0 and (msg .. ": " .. table.concat(tail, "; ")) or msg
   elseif st.state == "completed" then
     if st.detail and st.detail ~= "" then
       return string.format("%s %s: %s", glyph, tool, st.detail)
