@@ -326,6 +326,7 @@ M.options = {
     {
       anthropic = { kind = "anthropic", api_key = "env:ANTHROPIC_API_KEY" },
       openai = { kind = "openai", api_key = "env:OPENAI_API_KEY" },
+      ollama = { kind = "openai", base_url = "http://127.0.0.1:11434/v1" },
     },
     "table",
     'Providers by name: { kind = "anthropic" | "openai", base_url = nil, api_key = "env:NAME" | '

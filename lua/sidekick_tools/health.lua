@@ -226,6 +226,7 @@ function M.check_chat(h, python)
     return
   end
   local kinds = check.kinds()
+  local built_in = config.defaults().chat.providers
   -- every key is checked at once, then every base_url whose provider has a key
   -- (or needs none): a provider that cannot be used is not contacted
   local found = {}
@@ -270,6 +271,12 @@ function M.check_chat(h, python)
       local text = string.format("provider %s: %s %s", name, url, answer.text)
       if answer.ok then
         h.ok(text)
+      elseif
+        vim.deep_equal(chat.providers[name], built_in[name])
+        and p.base_url:find("^http://127%.0%.0%.1")
+      then
+        -- a local server the defaults name (ollama): most users run none
+        h.info(text .. " (a default provider: nothing to do unless you use it)")
       else
         h.warn(text, { "is the server running, and base_url right? (a proxy from $https_proxy?)" })
       end

@@ -162,3 +162,18 @@ def test_checkhealth_never_runs_a_key_command_the_project_holds(editor, tmp_path
     chat = section(health(editor), "sidekick_tools: chat")
     assert not marker.exists()
     assert level(chat, "provider p:", "`sidekick-key`", "not found on PATH") == "WARNING"
+
+
+def test_a_default_local_provider_that_is_not_running_is_no_warning(editor):
+    """DESIGN §10's defaults name ollama on loopback: most users run none, so
+    its silence is said, not warned about; a provider the user configured
+    the same way is warned about."""
+    editor.setup()
+    chat = section(health(editor), "sidekick_tools: chat")
+    line = line_with(chat, "provider ollama: http://127.0.0.1:11434/v1")
+    if "answers" not in line:  # (an ollama may listen on this machine)
+        assert "WARNING" not in line and "a default provider" in line, line
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    editor.setup(chat={"providers": {"mine": {"kind": "openai", "base_url": url}}})
+    chat = section(health(editor), "sidekick_tools: chat")
+    assert level(chat, f"provider mine: {url}") == "WARNING"
