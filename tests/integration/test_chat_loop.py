@@ -635,13 +635,18 @@ def test_an_api_key_function_that_raises_is_said_to_have_raised(editor, fake):
     note = wait_for(lambda: next((n for n in editor.notifications() if "api_key" in n), None), 20)
     assert "chat.providers.fake.api_key (a function) raised an error" in note, note
     assert "boom" not in note  # a function's error may hold anything: not shown
-    assert fake.requests == [] and "ASSISTANT:" not in editor.text()
+    assert fake.requests == []
+    # said in the chat under the reply too, as a provider's error is (DESIGN §10)
+    text_ = editor.wait_text("```sidekick error")
+    assert "chat.providers.fake.api_key (a function) raised an error" in text_
+    assert "boom" not in text_
 
 
 def test_send_answers_at_once_and_says_later_problems(editor, fake, kind):
     """:SidekickSend answers before the request is built (a long chat must not
     hold the editor): the model is in the answer; a problem found while
-    building (here: no key) is said as a notification, and nothing is sent."""
+    building (here: no key) is said as a notification and in the chat under
+    the reply (DESIGN §10: "no key"), and nothing is sent."""
     url = fake.anthropic_url if kind == "anthropic" else fake.openai_url
     editor.lua(
         "local kind, url, py, state = ...\n"
@@ -660,7 +665,8 @@ def test_send_answers_at_once_and_says_later_problems(editor, fake, kind):
     note = wait_for(lambda: next((n for n in editor.notifications() if "api_key" in n), None), 20)
     assert "chat.providers.fake.api_key (a function) gave no key" in note
     assert fake.requests == []
-    assert "ASSISTANT:" not in editor.text()  # nothing was opened for a reply
+    text_ = editor.wait_text("```sidekick error")
+    assert "chat.providers.fake.api_key (a function) gave no key" in text_
     # the chat is not left busy: with a key, the same chat goes out
     editor.nvim.vars["fake_key"] = KEY
     fake.push(reply("Now with a key."))
@@ -668,6 +674,9 @@ def test_send_answers_at_once_and_says_later_problems(editor, fake, kind):
     wait_replies(editor, 1)  # its text is in before its stream has ended
     assert "Now with a key." in editor.text()
     assert len(fake.requests) == 1
+    # the reply that never was (its note) is not sent: the user's message is
+    said = [m for m in fake.requests[0].json["messages"] if m["role"] != "system"]
+    assert len(said) == 1 and "hello" in json.dumps(said[0]), said
     # an unknown provider is said at once, by the answer
     editor.nvim.current.buffer[:0] = ["---", "model: nowhere/x", "---"]
     got = editor.lua("return { require('sidekick_tools').send() }")

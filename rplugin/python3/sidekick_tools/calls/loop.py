@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -307,7 +307,11 @@ class ChatLoop:
         session.sending = True
         try:
             request = await outbound.build(self.chain.marks, session.buf, self.ctx.config)
-            key = await outbound.api_key(self.ctx.port, request.provider)
+            client: Any = None
+            try:
+                key = await outbound.api_key(self.ctx.port, request.provider)
+            except UserError as exc:  # said in the chat under the reply, as HTTP errors are
+                key, client = None, _NoKey(str(exc).removeprefix("sidekick_tools: "))
             mark = await outbound.open_reply(
                 self.ctx.port, self.chain.marks, session.buf, self.ctx.registry.new_mark()
             )
@@ -316,16 +320,20 @@ class ChatLoop:
         session.mark = mark
         session.turns += 1
         session.stopping = False
-        session.streaming = asyncio.ensure_future(self._stream(session, request, key))
+        session.streaming = asyncio.ensure_future(self._stream(session, request, key, client))
         session.streaming.add_done_callback(log_failure)
         return {"model": request.model_spec, "provider": request.provider.name}
 
     # -- streaming -----------------------------------------------------------------------
-    async def _stream(self, session: Session, request: Any, key: str | None) -> None:
+    async def _stream(
+        self, session: Session, request: Any, key: str | None, client: Any = None
+    ) -> None:
         from .reply_stream import ReplyStream
 
         try:
-            end = await ReplyStream(self.ctx.port, session).run(self.client(), request, key)
+            end = await ReplyStream(self.ctx.port, session).run(
+                client or self.client(), request, key
+            )
         finally:
             session.streaming = None
             self.on_reply_end(session.buf)
@@ -387,3 +395,18 @@ class ChatLoop:
         self._bg.add(fut)
         fut.add_done_callback(self._bg.discard)
         fut.add_done_callback(log_failure)
+
+
+class _NoKey:
+    """The client of a send whose key could not be had: its stream fails at
+    once with why, so the chat says it under the reply as it says a provider's
+    error (DESIGN §10), and the user is told."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    async def stream(self, *_: Any) -> AsyncIterator[Any]:
+        from ..llm import LLMError
+
+        raise LLMError(self.why)
+        yield  # pragma: no cover - an async generator that yields nothing
