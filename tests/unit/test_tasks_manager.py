@@ -704,6 +704,28 @@ async def test_purge_removes_rows_and_logs(tasks_state, tmp_path):
         store.close()
 
 
+async def test_a_short_retention_is_purged_without_waiting_for_the_hourly_purge(
+    tasks_state, tmp_path
+):
+    """With `retention = { completed = 1 }` a finished task stayed until the
+    next hourly purge (or a host restart): the purge runs as often as a
+    quarter of the shortest retention, a second apart at least."""
+    store = SqliteStore(os.path.join(tasks_state, "tasks.db"))
+    m = make_manager(store, tasks_state, retention=(1, 1))
+    try:
+        await m.recover()  # starts the purge
+        assert m.retention.interval() == 1.0
+        t = await m.submit(spec("echo x", cwd=str(tmp_path)))
+        t = await m.wait(t.id, 10)
+        m.mark_read(t.id)
+        await until(lambda: m.get(t.id) is None, 20)
+        assert not os.path.exists(t.log_dir)
+    finally:
+        await m.shutdown(kill=True)
+        store.close()
+    assert make_manager(MemoryStore(), tasks_state).retention.interval() == 3600
+
+
 # --------------------------------------------------------------------------- limits and faults
 
 

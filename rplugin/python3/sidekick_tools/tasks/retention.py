@@ -1,6 +1,8 @@
 """Finished tasks past retention lose their rows and log directories
 (`tasks.retention`; a result nobody read is kept twice as long). Runs at
-recovery, then every `purge_interval` seconds."""
+recovery, then every `purge_interval` seconds, or more often under a short
+retention: a quarter of the shortest, at least a second apart (a retention of
+a minute is not left to the next hour)."""
 
 from __future__ import annotations
 
@@ -45,9 +47,9 @@ class Retention:
         return tokens
 
     def start(self) -> None:
-        """Purge every `purge_interval` seconds from now on."""
+        """Purge every `purge_interval` seconds from now on (`interval`)."""
         self.stop()
-        interval = self.engine.tuning.purge_interval
+        interval = self.interval()
         if interval <= 0:
             return
 
@@ -57,6 +59,13 @@ class Retention:
             self.start()
 
         self._timer = asyncio.get_running_loop().call_later(interval, fire)
+
+    def interval(self) -> float:
+        every = self.engine.tuning.purge_interval
+        if every <= 0:
+            return every  # off
+        keep = self.engine.config.retention
+        return min(every, max(1.0, min(keep.completed, keep.failed) / 4))
 
     def stop(self) -> None:
         if self._timer is not None:
