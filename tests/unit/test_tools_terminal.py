@@ -854,3 +854,19 @@ def test_a_task_that_never_started_is_not_said_to_have_run(tmp_path):
     assert res.body == f"[{error}]"
     ran = rtc.result_from_task(_task(tmp_path, b"x\n", status="failed", reason="host restarted"))
     assert ran.body.endswith("[the host restarted while it ran; its outcome is unknown]")
+
+
+def test_the_tail_of_one_long_line_says_what_was_left_out_of_it(tmp_path):
+    """`head -c 5000000 /dev/zero | tr '\\0' x` (one line, no newline): the note
+    said "0 earlier lines (4741952 bytes) not shown", which reads as nothing cut."""
+    (tmp_path / "stdout").write_bytes(b"x" * 300_000)
+    text, noted = rtc._tail(str(tmp_path), "stdout", 100_000)
+    note, _, rest = text.partition("\n")
+    left = re.fullmatch(
+        rf"\[\.\.\. (\d+) earlier bytes not shown; full log: {tmp_path}/stdout\]", note
+    )
+    assert noted and left, note
+    assert int(left.group(1)) + len(rest) == 300_000 and set(rest) == {"x"}
+    (tmp_path / "stdout").write_bytes(b"a\nb\n" + b"x" * 300_000)  # lines before it
+    note = rtc._tail(str(tmp_path), "stdout", 100_000)[0].partition("\n")[0]
+    assert note.startswith("[... 2 earlier lines (")

@@ -266,7 +266,8 @@ def _tail(log_dir: Any, name: str, limit: int) -> tuple[str, bool]:
             data = after_cut(data).lstrip(bytes(range(0x80, 0xC0)))
         skipped = size - len(data)
         lines = _count_lines(path, skipped)
-        if lines is None:
+        if lines is None or (lines == 0 and not cut_line):  # not "0 earlier lines":
+            # the start of one long line was left out
             note = f"[... {skipped} earlier bytes not shown; full log: {path}]\n"
         else:
             note = f"[... {lines} earlier lines ({skipped} bytes) not shown; full log: {path}]\n"
