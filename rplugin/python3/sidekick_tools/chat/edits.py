@@ -122,6 +122,7 @@ def _same_json(a: Any, b: Any) -> bool:
 # Parameters that say where a call reads, writes or runs: a question about the
 # call shows them whole, whatever the model put before them.
 _WHERE = ("path", "paths", "cwd")
+_WRITTEN = ("new", "content")
 
 
 # (from the start of a run of blanks only: from each of a long run with no line
@@ -146,10 +147,14 @@ def visible(text: str) -> str:
 def describe(call: ToolCall, limit: int = 120) -> str:
     """One line naming what a call would do: a command or an agent's message,
     whole (what the shell runs, or the agent acts on, after a cut would go
-    unseen), or its other parameters, cut to `limit`; then, never cut, where it
+    unseen), or its other parameters, cut to `limit` (what a write puts in the
+    file first, and how much the cut left out said); then, never cut, where it
     acts (its path, paths or cwd)."""
     params = call.params or {}
-    rest = {k: v for k, v in params.items() if k not in _WHERE}
+    # what is written (`new`, `content`) before what is replaced (`old`): a long
+    # `old` put first cut away the whole of what the write puts in the file
+    keys = sorted((k for k in params if k not in _WHERE), key=lambda k: k not in _WRITTEN)
+    rest = {k: params[k] for k in keys}
     if call.tool == "run_terminal_command" and isinstance(params.get("command"), str):
         limit = 0  # no cut
         text = params["command"]
@@ -167,7 +172,8 @@ def describe(call: ToolCall, limit: int = 120) -> str:
     where = visible(where)
     room = max(20, limit - len(where) - 3) if where else limit
     if limit and len(text) > room:
-        text = text[: room - 1] + "…"
+        take = max(0, room - len(f"… [+{len(text)} chars]"))
+        text = f"{text[:take]}… [+{len(text) - take} chars]"
     if not where:
         return text
     return f"{text} ({where})" if text else where
