@@ -630,3 +630,22 @@ async def test_an_edit_of_a_fifo_is_refused_without_waiting_for_a_writer(root, c
     assert res.status == "failed"
     assert "notes.md: cannot " in res.body and "not a regular file" in res.body
     assert stat.S_ISFIFO(os.lstat(root / "notes.md").st_mode)
+
+
+def test_a_read_run_unasked_is_judged_by_the_file_it_opened(root, ctx):
+    """The policy approved `read_files ["link"]` while `link` led inside; a
+    process flipping it to a file outside before the read got that file into
+    the chat unasked (7 of 40 tries). Run unasked, the file opened must be
+    inside; run by hand, the user consented to the path (a link outside is
+    asked about before). Here the link leads outside all along: what the
+    check before the read would have caught is caught after the open too."""
+    (root / "link").symlink_to(root.parent / "outside" / "secret.txt")
+    with pytest.raises(_fs.LedOutside):
+        _fs.read_regular(str(root / "link"), 100, inside=str(root))
+    assert _fs.read_regular(str(root / "src" / "a.py"), 100, inside=str(root))[0] == b"print('a')\n"
+    ctx.auto = True
+    result = asyncio.run(READ.run({"paths": ["link", "src/a.py"]}, ctx))
+    assert result.status == "failed" and "secret" not in result.body
+    assert "led outside the working directory as it was opened" in result.body
+    ctx.auto = False
+    assert "secret" in asyncio.run(READ.run({"paths": ["link"]}, ctx)).body

@@ -19,14 +19,28 @@ class NotRegularFile(OSError):
         super().__init__("not a regular file")
 
 
-def read_regular(path: str, limit: int, large: tuple[int, int] | None = None) -> tuple[bytes, int]:
+class LedOutside(OSError):
+    """The file opened lies outside the folder it had to be in: a link in its
+    path was changed between the check and the open."""
+
+    def __init__(self) -> None:
+        super().__init__("it led outside the working directory as it was opened; not read")
+
+
+def read_regular(
+    path: str, limit: int, large: tuple[int, int] | None = None, inside: str | None = None
+) -> tuple[bytes, int]:
     """At most ``limit`` bytes of a regular file, and its size; with
     ``large=(size, head)``, a file over that size gives only its first ``head``
     bytes. Opened without blocking, so that a FIFO cannot hold the call:
     IsADirectoryError for a directory, NotRegularFile for anything else that
-    is no regular file."""
+    is no regular file. With ``inside``, the file opened must lie in that
+    folder (LedOutside): what was checked before is the path, and a link on
+    it may have been swapped since."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as f:
+        if inside is not None and not _opened_inside(f.fileno(), inside):
+            raise LedOutside()
         st = os.fstat(f.fileno())
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(path)
@@ -35,6 +49,28 @@ def read_regular(path: str, limit: int, large: tuple[int, int] | None = None) ->
         if large is not None and st.st_size > large[0]:
             limit = min(limit, large[1])
         return f.read(limit), st.st_size
+
+
+def _opened_inside(fd: int, folder: str) -> bool:
+    """Does the file open on `fd` lie in `folder`? Asked of the kernel (Linux's
+    /proc/self/fd, macOS's F_GETPATH); where neither answers, by the path's
+    real location now (a narrower window than the check's)."""
+    opened = None
+    try:
+        opened = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        import fcntl
+
+        if hasattr(fcntl, "F_GETPATH"):
+            try:
+                raw = fcntl.fcntl(fd, fcntl.F_GETPATH, b"\0" * 1024)
+                opened = raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            except OSError:
+                opened = None
+    if opened is None or not os.path.isabs(opened):
+        return True  # no way to ask: the check made before stands
+    root = os.path.realpath(folder)
+    return opened == root or opened.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def resolve(path: str, cwd: str) -> str:

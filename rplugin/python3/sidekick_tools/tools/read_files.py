@@ -44,13 +44,16 @@ class ReadFiles:
         err = validate(self.schema, params)
         if err:
             return ToolResult.fail(err)
-        return await asyncio.to_thread(read_sections, list(params["paths"]), ctx.cwd)
+        # run unasked, each file must be inside the working directory as it is
+        # opened, not only as it was checked (a link swapped in between)
+        inside = ctx.cwd if ctx.auto else None
+        return await asyncio.to_thread(read_sections, list(params["paths"]), ctx.cwd, inside)
 
 
 OVER_BUDGET = f"{MAX_TOTAL_BYTES} bytes; read it in another call"
 
 
-def read_sections(paths: list[str], cwd: str) -> ToolResult:
+def read_sections(paths: list[str], cwd: str, inside: str | None = None) -> ToolResult:
     sections = []
     problems = []  # "path: why" of each section that failed
     budget = MAX_TOTAL_BYTES
@@ -58,7 +61,7 @@ def read_sections(paths: list[str], cwd: str) -> ToolResult:
         if budget <= 0:
             ok, text = False, f"[not read: this call already read {OVER_BUDGET}]"
         else:
-            ok, text = _read_one(shown, cwd, min(MAX_FILE_BYTES, budget))
+            ok, text = _read_one(shown, cwd, min(MAX_FILE_BYTES, budget), inside)
             budget -= len(text.encode("utf-8", "replace"))
         if not ok:
             problems.append(f"{shown}: {text[1:-1].removeprefix('error: ')}")
@@ -69,12 +72,15 @@ def read_sections(paths: list[str], cwd: str) -> ToolResult:
     return ToolResult.ok(body)
 
 
-def _read_one(shown: str, cwd: str, limit: int = MAX_FILE_BYTES) -> tuple[bool, str]:
+def _read_one(
+    shown: str, cwd: str, limit: int = MAX_FILE_BYTES, inside: str | None = None
+) -> tuple[bool, str]:
     """(ok, text) for one path, at most `limit` bytes of it; text is the content
     or a bracketed error."""
     try:
         # a file too large to paste: only what tells text from binary is read
-        data, size = _fs.read_regular(_fs.resolve(shown, cwd), limit, (MAX_FILE_BYTES, _SNIFF))
+        path = _fs.resolve(shown, cwd)
+        data, size = _fs.read_regular(path, limit, (MAX_FILE_BYTES, _SNIFF), inside)
     except _fs.PathError as e:
         return False, f"[error: {e}]"
     except IsADirectoryError:
