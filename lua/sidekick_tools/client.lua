@@ -401,7 +401,46 @@ function M.host_lost()
       changed(buf)
     end
   end
+  masking_lost()
   emit("host", { up = false })
+end
+
+-- masking ----------------------------------------------------------------------------
+
+local asked = {} ---@type table<integer, fun(raws: table|nil)>
+local asked_seq = 0
+
+--- Raw lines of task output by stream ({ { line, ... }, { line, ... } }) with
+--- every secret masked, given to `done` when the host answers: the one masker
+--- (secrets_mask.py), as for everything else the plugin shows, its work off
+--- the editor's loop (the output view, the tasks window's quickfix list).
+--- nil when there is no host to ask: such lines are not to be shown.
+---@param raws string[][]
+---@param done fun(raws: string[][]|nil)
+function M.masked(raws, done)
+  if not host.running() then
+    return done(nil)
+  end
+  asked_seq = asked_seq + 1
+  asked[asked_seq] = done
+  host.notify("mask_output", asked_seq, raws)
+end
+
+handlers.masked = function(ev)
+  local done = asked[ev.seq]
+  asked[ev.seq] = nil
+  if done then
+    done(ev.raws ~= vim.NIL and ev.raws or nil)
+  end
+end
+
+--- The host is gone: what it was asked to mask will not come.
+local function masking_lost()
+  local waiting = asked
+  asked = {}
+  for _, done in pairs(waiting) do
+    done(nil)
+  end
 end
 
 local function count_tasks(status)

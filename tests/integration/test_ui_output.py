@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -183,7 +184,8 @@ def test_finished_task_and_bad_arguments(editor):
         )
     )
     editor.nvim.command(f"SidekickOutput {token}")
-    lines = editor.lines(current_buf(editor))
+    buf = current_buf(editor)  # its lines come once the host has masked them
+    lines = wait_for(lambda: (got := editor.lines(buf))[-1].startswith("[task") and got)
     assert lines[0] == "done-already"
     assert lines[-1].startswith(f"[task {token} failed, exit 2, ")
     editor.nvim.command("SidekickOutput zzz")
@@ -345,3 +347,31 @@ def test_a_bounded_view_drops_its_oldest_lines_in_order(editor, shown, per_read)
         numbers = [int(n) for n in lines]
         assert numbers == list(range(numbers[0], 51, 2))  # every even line since the first
         assert numbers[0] % 2 == 0 and len(numbers) <= 5
+
+
+def test_the_output_view_shows_secrets_masked(editor):
+    """DESIGN §12: secrets are masked in everything the plugin shows; the view
+    showed the raw log (keys, `password=` values, a private key's body). The
+    log on disk keeps them."""
+    editor.setup()
+    key = "sk-ant-api03-" + "Zx9Qw8" * 8
+    pem = [
+        "-----BEGIN OPENSSH PRIVATE KEY-----",
+        "b3BlbnNzaC1rZXktdjEAAAAA" * 2,
+        "QUJDREVGR0hJSktMTU5PUFFSU1RVVldY",
+        "-----END OPENSSH PRIVATE KEY-----",
+    ]
+    out = [f"key {key}", "password=hunter2 token=abc123def", *pem]
+    command = "printf '%s\\n' " + " ".join(f"'{line}'" for line in out)
+    command += f"; printf '\\033[31mred ghp_{'a1B2' * 9}\\033[0m\\n' >&2"
+    token = start_background(editor, command)
+    editor.nvim.command(f"SidekickOutput {token}")
+    buf = current_buf(editor)
+    lines = wait_lines(editor, buf, lambda ls: ls[-1].startswith(f"[task {token} "))
+    text = "\n".join(lines)
+    assert "key sk-ant-***" in lines and "password=*** token=***" in lines
+    assert "-----BEGIN OPENSSH PRIVATE KEY-----" in lines and "b3BlbnNzaC1rZXkt" not in text
+    assert "red ghp_***" in lines  # stderr, its colour kept
+    assert key not in text and "hunter2" not in text and "abc123def" not in text
+    log = editor.lua("return require('sidekick_tools').get_task(...).log_path", token)
+    assert key in Path(log).read_text()  # the raw log on disk, as it was

@@ -536,7 +536,8 @@ def test_failed_output_to_the_quickfix_list(editor):
     sub = editor.workdir / "sub" / "src"
     sub.mkdir(parents=True)
     (sub / "x.py").write_text("one\ntwo\nthree\nfour\n")
-    command = "echo building; echo 'src/x.py:3: boom'; echo 'noise' >&2; exit 1"
+    secret = "printf 'pass%s\\n' word=hunter2x"  # its output is a password=: masked
+    command = f"echo building; echo 'src/x.py:3: boom'; {secret}; echo 'noise' >&2; exit 1"
     editor.open_chat(
         chat(call_block("run_terminal_command", {"command": command, "cwd": "sub"}, "c1"))
     )
@@ -552,7 +553,7 @@ def test_failed_output_to_the_quickfix_list(editor):
     assert qf["title"].startswith(f"sidekick task {token} failed, exit 1")
     assert qf["title"].endswith(": " + command)
     texts = [i["text"].strip() for i in qf["items"]]
-    assert texts == ["building", "boom", "noise"]
+    assert texts == ["building", "boom", "password=***", "noise"]
     valid = [i for i in qf["items"] if i["valid"] == 1]
     assert len(valid) == 1 and valid[0]["lnum"] == 3
     editor.nvim.command("call cursor(2, 1)")

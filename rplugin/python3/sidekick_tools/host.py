@@ -18,6 +18,7 @@ from .calls.follow import task_view
 from .config import Config
 from .halting import halt_answer
 from .nvim_port import NvimPort
+from .secrets_mask import mask
 from .statedir import log_to_file, open_state_dir
 from .tasks.identity import owner_token
 from .tasks.manager import TaskManager
@@ -39,6 +40,7 @@ class Host:
         self.store_kind = ""
         self._shut_down = False
         self._initialising: Any = None  # future while init runs
+        self._masking: set[asyncio.Future[None]] = set()  # output views' lines
 
     # -- dispatch (the methods are declared in rpc.py's table) ----------------------
     def on_request(self, name: str, args: list[Any]) -> Any:
@@ -335,11 +337,36 @@ class Host:
             "owner": self.owner,
         }
 
+    @rpc.notification
+    def rpc_mask_output(self, seq: int, raws: list[list[str]]) -> Any:
+        """The output view's new raw lines, by stream: each stream's masked
+        (secrets_mask, its lines as one text: a key's PEM body spans lines) in
+        a worker thread, then sent back as a `masked` event with `seq`."""
+
+        async def work() -> None:
+            try:
+                safe = await asyncio.to_thread(_masked_streams, raws)
+            except Exception:
+                log.exception("masking output failed")
+                safe = None  # not shown: never unmasked
+            self.port.emit({"type": "masked", "seq": seq, "raws": safe})
+
+        fut = asyncio.ensure_future(work(), loop=self.port.loop)
+        self._masking.add(fut)
+        fut.add_done_callback(self._masking.discard)
+        return True
+
     @rpc.request
     def rpc_task_at(self, buf: int, row: int) -> Any:
         """Token of the task of the call at (buf, row), or None."""
         self.port.block_on(self.port.mirror(int(buf)))
         return self.calls.token_at(int(buf), int(row))
+
+
+def _masked_streams(raws: list[list[str]]) -> list[list[str]]:
+    """Each stream's lines masked as one text (a PEM key's body goes as one
+    `***` line); a stream with none stays empty."""
+    return [mask("\n".join(lines)).split("\n") if lines else [] for lines in raws]
 
 
 def _task_filter(

@@ -66,14 +66,17 @@ local function through_line(data, n)
   return data:sub(1, pos)
 end
 
---- The lines each stream gained since the last read: { text, stream, spans },
---- stream being the index in `streams`. `final`: the task ended, so a last line
---- without a newline is complete too. `more`: more is waiting than one read takes.
+--- The raw lines each stream gained since the last read, by stream: { [idx] =
+--- { raw, ... } }, idx being the index in `streams` (`parse` makes them lines).
+--- `final`: the task ended, so a last line without a newline is complete too.
+--- `more`: more is waiting than one read takes.
 ---@param streams sidekick_tools.OutputStream[]
----@return table[] lines, boolean more
-function M.read(streams, final)
-  local new, more = {}, false
+---@return table<integer, string[]> raws, boolean more
+function M.read_raw(streams, final)
+  local raws, more = {}, false
   for idx, s in ipairs(streams) do
+    local new = {}
+    raws[idx] = new
     if s.path then
       local data, size = read_from(s.path, s.offset, CHUNK)
       if data and #data > 0 then
@@ -90,19 +93,33 @@ function M.read(streams, final)
           if s.skip_first then
             s.skip_first = false
           else
-            local text, spans = ansi.parse_line(raw, s.sgr)
-            table.insert(new, { text = text, stream = idx, spans = spans })
+            table.insert(new, raw)
           end
         end
       end
       if final and not more and s.partial ~= "" then
-        local text, spans = ansi.parse_line(s.partial, s.sgr)
+        table.insert(new, s.partial)
         s.partial = ""
-        table.insert(new, { text = text, stream = idx, spans = spans })
       end
     end
   end
-  return new, more
+  return raws, more
+end
+
+--- Raw lines (`read_raw`'s, masked) as the view's lines { text, stream, spans },
+--- coloured in each stream's order.
+---@param streams sidekick_tools.OutputStream[]
+---@param raws table<integer, string[]>
+---@return table[]
+function M.parse(streams, raws)
+  local new = {}
+  for idx, s in ipairs(streams) do
+    for _, raw in ipairs(raws[idx] or {}) do
+      local text, spans = ansi.parse_line(raw, s.sgr)
+      table.insert(new, { text = text, stream = idx, spans = spans })
+    end
+  end
+  return new
 end
 
 --- Up to `max` bytes from the end of file `path`, cut at a line start; "" when

@@ -27,6 +27,11 @@ local M = {}
 ---@field note string|nil first line when the start of the logs is not shown
 ---@field watch sidekick_tools.Watch|nil
 ---@field unsubscribe fun()|nil
+---@field reading boolean|nil a read waits for its masking
+---@field waiting function[] reads asked for meanwhile, in order
+---@field pumping boolean|nil
+---@field woken boolean|nil the logs grew while a pump's read was masked
+---@field unmasked boolean|nil lines went unshown: no host to mask them
 
 ---@type table<integer, sidekick_tools.OutputView>
 local views = {}
@@ -37,9 +42,50 @@ end
 
 -- following -------------------------------------------------------------------------
 
---- Read what the logs gained and show it. Returns true when more is waiting.
-local function read_new(v, final)
-  local new, more = follow.read(v.streams, final)
+-- following -------------------------------------------------------------------------
+
+-- masking ----------------------------------------------------------------------------
+
+local asked = {} ---@type table<integer, fun(raws: table|nil)>
+local asked_seq = 0
+local listening = false
+
+--- `raws` (follow.read_raw's) with every secret masked, given to `done` when
+--- the host answers: the one masker (secrets_mask.py), as for everything else
+--- the plugin shows; its work is off the editor's loop, in the host's worker
+--- thread. nil when there is no host to ask: such lines are not shown.
+local function masked(raws, done)
+  if not listening then
+    listening = true
+    client.on("masked", function(ev)
+      local cb = asked[ev.seq]
+      asked[ev.seq] = nil
+      if cb then
+        cb(ev.raws)
+      end
+    end)
+    client.on("host", function(ev)
+      if not ev.up then
+        local waiting = asked
+        asked = {}
+        for _, cb in pairs(waiting) do
+          cb(nil)
+        end
+      end
+    end)
+  end
+  if not host.running() then
+    return done(nil)
+  end
+  asked_seq = asked_seq + 1
+  asked[asked_seq] = done
+  host.notify("mask_output", asked_seq, raws)
+end
+
+-- following -------------------------------------------------------------------------
+
+--- Show lines read (and masked) from the logs.
+local function show(v, new)
   local before = #v.lines -- lines shown (or filtered out) already
   vim.list_extend(v.lines, new)
   for _, line in ipairs(new) do
@@ -55,7 +101,46 @@ local function read_new(v, final)
     render.cut_top(v, vim.list_slice(gone, 1, old), had_note)
   end
   render.append(v, vim.list_slice(new, #gone - old + 1))
-  return more
+end
+
+local NO_HOST = "[… output not shown: the host that masks its secrets stopped; "
+  .. "open the view again]"
+
+--- Read what the logs gained, have it masked, show it, then `done(more)`
+--- (more: more is waiting than one read takes). One read at a time per view:
+--- one asked for while another waits for its masking runs after it, in order.
+local function read_new(v, final, done)
+  if v.reading then
+    table.insert(v.waiting, function()
+      read_new(v, final, done)
+    end)
+    return
+  end
+  local raws, more = follow.read_raw(v.streams, final)
+  local any = false
+  for _, lines in pairs(raws) do
+    any = any or #lines > 0
+  end
+  if not any then
+    return done(more)
+  end
+  v.reading = true
+  client.masked(raws, function(safe)
+    v.reading = false
+    if valid(v) then
+      if safe then
+        show(v, follow.parse(v.streams, safe))
+      elseif not v.unmasked then
+        v.unmasked = true
+        show(v, { { text = NO_HOST, stream = 1, spans = {} } })
+      end
+    end
+    done(more)
+    local next_read = table.remove(v.waiting, 1)
+    if next_read then
+      next_read()
+    end
+  end)
 end
 
 local function stop_watching(v)
@@ -75,11 +160,19 @@ local function pump(v)
   if not valid(v) or v.ended or v.ending then
     return
   end
-  if read_new(v, false) then
-    vim.schedule(function()
-      pump(v)
-    end)
+  if v.pumping then -- a wake-up while a read waits for its masking: read again after
+    v.woken = true
+    return
   end
+  v.pumping, v.woken = true, false
+  read_new(v, false, function(more)
+    v.pumping = false
+    if more or v.woken then
+      vim.schedule(function()
+        pump(v)
+      end)
+    end
+  end)
 end
 
 --- The task ended: read what is left of its logs, a chunk per turn of the
@@ -95,12 +188,17 @@ local function finish(v, task)
     if not valid(v) then
       return
     end
-    if read_new(v, false) then
-      vim.schedule(drain)
-      return
-    end
-    read_new(v, true)
-    render.end_line(v, format.end_line(task))
+    read_new(v, false, function(more)
+      if more then
+        vim.schedule(drain)
+        return
+      end
+      read_new(v, true, function()
+        if valid(v) then
+          render.end_line(v, format.end_line(task))
+        end
+      end)
+    end)
   end
   drain()
 end
@@ -253,6 +351,7 @@ function M.open(opts)
       follow.stream("stderr", task.stderr_path, initial),
     },
     lines = {},
+    waiting = {},
     shown = 0,
     bytes = 0,
     dropped = 0,

@@ -1,6 +1,7 @@
 -- What the tasks window's keys do (keymaps.tasks_window): open a task's output,
 -- halt, rerun, jump to its call, its output to the quickfix list, filter,
 -- scope, pages, help. Each acts on the task on the cursor line.
+local client = require("sidekick_tools.client")
 local constants = require("sidekick_tools.constants")
 local format = require("sidekick_tools.format")
 local keymaps = require("sidekick_tools.keymaps")
@@ -158,25 +159,8 @@ local function in_dir(dir, fn)
   return res
 end
 
---- The task's output (stdout, then stderr) in the quickfix list, parsed with
---- 'errorformat', so its file:line entries can be jumped to.
-local function quickfix()
-  local t = need_task()
-  if not t then
-    return
-  end
-  local parse = require("sidekick_tools.consumers.output_view.ansi").parse_line
-  local read_tail = require("sidekick_tools.consumers.output_view.follow").read_tail
-  local lines = {}
-  for _, path in ipairs({ t.log_path, t.stderr_path }) do
-    local st = {}
-    for _, raw in ipairs(vim.split(read_tail(path, QUICKFIX_BYTES), "\n", { plain = true })) do
-      table.insert(lines, (parse(raw, st)))
-    end
-    if lines[#lines] == "" then
-      table.remove(lines)
-    end
-  end
+--- `lines` of task `t`'s output in the quickfix list.
+local function show_quickfix(t, lines)
   if #lines == 0 then
     vim.notify("sidekick_tools: task " .. t.id .. " printed nothing", vim.log.levels.WARN)
     return
@@ -212,6 +196,42 @@ local function quickfix()
       vim.log.levels.WARN
     )
   end
+end
+
+--- The task's output (stdout, then stderr, its secrets masked) in the
+--- quickfix list, parsed with 'errorformat', so its file:line entries can be
+--- jumped to.
+local function quickfix()
+  local t = need_task()
+  if not t then
+    return
+  end
+  local read_tail = require("sidekick_tools.consumers.output_view.follow").read_tail
+  local raws = {}
+  for i, path in ipairs({ t.log_path, t.stderr_path }) do
+    raws[i] = vim.split(read_tail(path, QUICKFIX_BYTES), "\n", { plain = true })
+  end
+  client.masked(raws, function(safe)
+    if not safe then
+      vim.notify(
+        "sidekick_tools: no host to mask task " .. t.id .. "'s output",
+        vim.log.levels.WARN
+      )
+      return
+    end
+    local parse = require("sidekick_tools.consumers.output_view.ansi").parse_line
+    local lines = {}
+    for _, stream in ipairs(safe) do
+      local st = {}
+      for _, raw in ipairs(stream) do
+        table.insert(lines, (parse(raw, st)))
+      end
+      if lines[#lines] == "" then
+        table.remove(lines)
+      end
+    end
+    show_quickfix(t, lines)
+  end)
 end
 
 -- help ---------------------------------------------------------------------------------
