@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from sidekick_tools.buffers import BufferMirror
 from sidekick_tools.calls.context import CallContext
 from sidekick_tools.calls.marking import CallMarks, UserError
@@ -327,3 +328,20 @@ async def test_a_call_answered_since_it_was_chosen_is_not_taken_to_run():
     # a call run again by the user, its result there when they chose it, is taken
     (again,) = port.mirrors[BUF].chat().calls
     assert again.result is not None and await marks.prepare(BUF, again) is not None
+
+
+@pytest.mark.parametrize(
+    "body, asks",
+    [
+        (r'{"command": "make test\u003b\u0020touch x"}', True),  # `; ` spelled out
+        (r'{"command": "echo ok\u000atouch x"}', True),  # a line break: `\n` would do
+        (r'{"command": "echo ok\u0009x"}', True),
+        (r'{"command": "echo \\u003b"}', False),  # an escaped backslash: text
+        (r'{"command": "echo \\\u003b"}', True),
+        (r'{"command": "echo caf\u00e9 \n ok"}', False),  # é and a short escape
+    ],
+)
+def test_a_call_written_with_needless_escapes_is_told(body, asks):
+    from sidekick_tools.calls.chain import _NEEDLESS_ESCAPE
+
+    assert bool(_NEEDLESS_ESCAPE.search(body)) is asks

@@ -313,11 +313,12 @@ class CallChain:
         fut.add_done_callback(log_failure)
 
 
-# A `\uXXXX` escape of a plain ASCII character: JSON needs none (the plugin
-# writes a model's calls without), so a chat file's call written with them
-# hides what runs from whoever reads it (`make test\u003b\u0020rm …`). An
+# A `\uXXXX` escape of an ASCII character: a plain one needs none, a line
+# break or tab has its short one (`\n`), and the plugin writes a model's calls
+# with neither, so a chat file's call written with them hides what runs from
+# whoever reads it (`make test\u003b\u0020rm …`, `echo ok\u000arm …`). An
 # escaped backslash before one makes it no escape.
-_NEEDLESS_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u00[2-7][0-9A-Fa-f]")
+_NEEDLESS_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u00[0-7][0-9A-Fa-f]")
 
 
 async def hand_question(call: ToolCall, cwd: str) -> dict[str, Any] | None:
@@ -342,7 +343,7 @@ async def hand_question(call: ToolCall, cwd: str) -> dict[str, Any] | None:
     if call.params is not None and _NEEDLESS_ESCAPE.search(call.body):
         why.insert(
             0,
-            "its text writes plain characters as \\u escapes, which hide what it does; "
+            "its text writes characters as \\u escapes, which hide what it does; "
             f"decoded: {describe(call)}",
         )
     if not why:
