@@ -559,7 +559,9 @@ def test_secrets_the_model_writes_in_its_text_are_masked_not_in_its_calls():
     """DESIGN §12: key formats are masked in everything the plugin writes into a
     chat, what a model's reply says included (with no API key to mask, too). A
     call's input is what the call does: a fixture's `password=` stays; thinking
-    is kept as its signature signs it."""
+    is kept as its signature signs it. In code (a fence) only what is a key by
+    its form is masked: `password: str` is a type, `token = headers[...]` no
+    secret. A private key's body is masked to its END line."""
     from sidekick_tools.chat.blocks import (
         BlockEnd,
         ThinkingDelta,
@@ -569,11 +571,23 @@ def test_secrets_the_model_writes_in_its_text_are_masked_not_in_its_calls():
     )
 
     ghp = "ghp_" + "a1B2" * 9
+    code = [
+        "```python",
+        "def login(password: str, api_key: Optional[str] = None):",
+        "    token = request.headers['Authorization']",
+        f"    return connect(password=password, key='{ghp}')",
+        "```",
+    ]
+    key = ["-----BEGIN OPENSSH PRIVATE KEY-----", "b3BlbnNzaC1rZXkt" * 4, "QUJD" * 8]
+    key += ["-----END OPENSSH PRIVATE KEY-----"]
+    text = [f"Your token {ghp} is set;", "AKIAABCDEFGHIJKLMNOP", *code, *key]
+    text += ["and then password=hunter2 ok", "token: abc123def"]
     renderer = ReplyRenderer()
     renderer.feed(ThinkingDelta(f"the user pasted {ghp}"))
     renderer.feed(BlockEnd())
-    renderer.feed(TextDelta(f"Your token {ghp} is set;\nAKIAABCDEFGHIJKLMNOP\n"))
-    renderer.feed(TextDelta("-----BEGIN RSA PRIVATE KEY-----\nand then password=hunter2 ok"))
+    for line in text:  # a line at a time, as a stream comes
+        renderer.feed(TextDelta(line + "\n"))
+        renderer.take()
     params = '{"path": "t.env", "content": "password=fixture1"}'
     renderer.feed(BlockEnd())
     renderer.feed(ToolCallStart(1, "toolu_1", "write_file"))
@@ -581,12 +595,15 @@ def test_secrets_the_model_writes_in_its_text_are_masked_not_in_its_calls():
     renderer.feed(ToolCallEnd(1))
     renderer.finish()
     lines = renderer.lines
-    text = "\n".join(lines)
     assert "Your token ghp_*** is set;" in lines and "AKIA***" in lines
-    assert "-----BEGIN RSA PRIVATE KEY----- ***" in lines  # still one line
-    assert "and then password=*** ok" in lines
-    assert "password=fixture1" in text  # the call's input, as the model wrote it
-    assert f"the user pasted {ghp}" in text  # thinking, as signed
+    assert code[1] in lines and code[2] in lines  # code as it was written
+    assert "    return connect(password=password, key='ghp_***')" in lines
+    assert [key[0], "***", "***", key[3]] == lines[lines.index(key[0]) : lines.index(key[3]) + 1]
+    assert "and then password=*** ok" in lines and "token: ***" in lines  # prose
+    joined = "\n".join(lines)
+    assert "password=fixture1" in joined  # the call's input, as the model wrote it
+    assert f"the user pasted {ghp}" in joined  # thinking, as signed
+    assert "b3BlbnNzaC1rZXkt" not in joined.replace(f"the user pasted {ghp}", "")
 
 
 async def test_a_costly_frame_leaves_the_host_time_before_the_next(monkeypatch):

@@ -82,6 +82,8 @@ _PEM = re.compile(
 # the escaped break's, not the line's. The last line may be short (base64's
 # last line often is: `AA==`); the others are 16 characters or more.
 _PEM_END = re.compile(rf"-----END {_KIND}PRIVATE KEY-----")
+PEM_BEGIN = re.compile(rf"-{{0,5}}BEGIN {_KIND}PRIVATE KEY-----")
+PEM_END = _PEM_END
 _BREAK_REVERSED = r"(?:\n\r?|n\\(?:r\\)?)"
 _KEY_CHAR = r"(?:n(?!\\)|[A-Za-mo-z0-9+/=])"
 _PEM_BODY_REVERSED = re.compile(
@@ -336,6 +338,16 @@ def _alike_after(text: str, at: int, literal: str, i: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def mask_keys(text: str, literals: Iterable[str] = ()) -> str:
+    """``text`` with what is a key by its form masked (the key formats, and
+    ``literals``), not what a name calls one: for code, where `password: str`
+    is a type and `token = request.headers[...]` no secret."""
+    text = mask_literals(text, literals)
+    if text and _TOKEN_HINT.search(text):
+        text = _TOKENS.sub(_token_sub, text)
+    return text
 
 
 def mask(text: str, literals: Iterable[str] = ()) -> str:

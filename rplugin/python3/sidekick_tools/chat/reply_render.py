@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..secrets_mask import mask, mask_literals
+from ..secrets_mask import PEM_BEGIN, PEM_END, REPLACEMENT, mask, mask_keys, mask_literals
 from .blocks import Block, Delta
+from .parser import is_closer
 from .reply import MARKER, ReplyBuilder, deltas_of
 
 
@@ -115,6 +116,37 @@ def apply_edit(lines: list[str], edit: Edit) -> list[str]:
 # signs it as it came).
 _MASKED = ("text", "tool_use")
 
+# Where a line of what the model says stands: the length of the code fence it
+# is in (0: none), and whether it is inside a private key's block.
+_OUTSIDE = (0, False)
+
+
+def _mask_prose_line(
+    line: str, state: tuple[int, bool], secrets: tuple[str, ...]
+) -> tuple[str, tuple[int, bool]]:
+    """One line of the model's text masked, and where the next one stands.
+    Outside code every secret form is masked; in a fence, code, only what is a
+    key by its form (`password: str` is a type there, `token = headers[...]`
+    no secret). A private key's body is masked line by line to its END line."""
+    fence, in_key = state
+    if in_key:
+        end = PEM_END.search(line)
+        if end is None:
+            return (REPLACEMENT if line.strip() else line), state
+        before = line[: end.start()]
+        return (REPLACEMENT if before.strip() else before) + line[end.start() :], (fence, False)
+    begin = PEM_BEGIN.search(line)
+    if begin is not None and not PEM_END.search(line, begin.end()):
+        rest = line[begin.end() :].strip()
+        shown = mask_keys(line[: begin.end()], secrets) + (" " + REPLACEMENT if rest else "")
+        return shown, (fence, True)
+    masked = mask_keys(line, secrets) if fence else mask(line, secrets).replace("\n", " ")
+    if fence:
+        return masked, ((0 if is_closer(line, fence) else fence), False)
+    if line.startswith("```") and "`" not in line.lstrip("`"):
+        fence = len(line) - len(line.lstrip("`"))
+    return masked, (fence, False)
+
 
 class ReplyRenderer:
     """Renders a streaming reply into chat lines and hands out minimal edits.
@@ -143,6 +175,8 @@ class ReplyRenderer:
         # settled then: those are taken as they are, not looked up line by line
         # (a reply of a million lines cost a million lookups a frame)
         self._settled: dict[int, tuple[int, list[str]]] = {}
+        # a text entry's masked settled lines, and where its next line stands
+        self._prose: dict[int, tuple[int, list[str], tuple[int, bool]]] = {}
 
     def feed(self, delta: Delta) -> None:
         index = self.reply.feed(delta)
@@ -204,10 +238,12 @@ class ReplyRenderer:
     def _masked_lines(
         self, entry: Any, rendered: list[str], known: dict[tuple[bool, str], str]
     ) -> list[str]:
+        if entry.kind == "text":
+            return self._masked_prose(entry, rendered)
         settled, masked = self._settled.get(id(entry), (0, []))
         fresh = rendered[settled:]
-        text = entry.kind == "text"
-        if not text and len(fresh) > 8 and not any("\n" in s for s in self._secrets):
+        text = False
+        if len(fresh) > 8 and not any("\n" in s for s in self._secrets):
             # many new lines (a frame of a fast stream) in one call: no piece of
             # a key is found across a line break, so the lines come back as many
             done = mask_literals("\n".join(fresh), self._secrets).split("\n")
@@ -224,12 +260,26 @@ class ReplyRenderer:
     def _mask(self, line: str, known: dict[tuple[bool, str], str], text: bool) -> str:
         masked = known.get((text, line))
         if masked is None:
-            if text:  # a line stays a line (a PEM key's BEGIN line alone gets "\n***")
-                masked = mask(line, self._secrets).replace("\n", " ")
-            else:
-                masked = mask_literals(line, self._secrets)
+            masked = mask_literals(line, self._secrets)
         self._masked[(text, line)] = masked
         return masked
+
+    def _masked_prose(self, entry: Any, rendered: list[str]) -> list[str]:
+        """A text entry's lines masked in order from the last settled one, with
+        where they stand (in a code fence, in a private key) carried on."""
+        settled, masked, state = self._prose.get(id(entry), (0, [], _OUTSIDE))
+        now = getattr(entry, "settled", 0)
+        out, at_now = masked[:settled], state
+        for row in range(settled, len(rendered)):
+            line, state = _mask_prose_line(rendered[row], state, self._secrets)
+            out.append(line)
+            if row + 1 == now:
+                at_now = state
+        if now > settled:
+            self._prose[id(entry)] = (now, out, at_now)
+        elif not now:
+            self._prose.pop(id(entry), None)
+        return out
 
     def take(self) -> Edit | None:
         """The edit that brings the buffer from the last taken state to now."""
