@@ -403,6 +403,7 @@ def test_a_write_into_a_folder_whose_files_git_runs_is_never_approved(root):
         ".hg/hgrc",
         "settings.cfg",  # a link into .git
         "notes.sidekick.md",
+        "NOTES.Sidekick.MD",
         "c.sidekick.md",
     ]
     for path in writes:
@@ -410,6 +411,12 @@ def test_a_write_into_a_folder_whose_files_git_runs_is_never_approved(root):
         params = {"path": path, "old": "a", "new": "b"}
         assert decide("replace_in_file", params, ctx) == "ask", path
     assert decide("write_file", {"path": "src/a.py", "content": "x"}, ctx) == "approve"
+    # husky's hooks, Jujutsu's config, and the folder core.hooksPath names (review)
+    subprocess.run(["git", "-C", str(root), "config", "core.hooksPath", "tools/hooks"], check=True)
+    for path in (".husky/pre-commit", ".jj/repo/config.toml", "tools/hooks/pre-commit"):
+        assert decide("write_file", {"path": path, "content": "x"}, ctx) == "ask", path
+    for path in (".github/workflows/ci.yml", "my.git/x", "tools/hooks.md", "tools/x"):
+        assert decide("write_file", {"path": path, "content": "x"}, ctx) == "approve", path
     assert decide("read_files", {"paths": [".git/config", "settings.cfg"]}, ctx) == "approve"
     assert decide("list_directory", {"path": ".git"}, ctx) == "approve"
 

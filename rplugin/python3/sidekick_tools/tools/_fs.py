@@ -4,6 +4,7 @@ writes, shared by the file tools."""
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import stat
 
@@ -108,19 +109,51 @@ def is_inside(path: str, cwd: str) -> bool:
 
 # Folders whose files a tool the user runs anyway executes: git's (its config's
 # core.fsmonitor, core.pager and aliases, its hooks: a shell prompt or a git
-# plugin runs `git status` unasked) and Mercurial's (hgrc hooks); a `.git`
-# file points git at another folder. A write there is code the user never saw run.
-RUN_BY_TOOLS = frozenset((".git", ".hg"))
+# plugin runs `git status` unasked), Mercurial's (hgrc hooks), Jujutsu's (its
+# config names programs), husky's git hooks; a `.git` file points git at
+# another folder. A write there is code the user never saw run. So is one into
+# the folder a repository's `core.hooksPath` names.
+RUN_BY_TOOLS = frozenset((".git", ".hg", ".jj", ".husky"))
 
 
 def runs_code(path: str) -> bool:
-    """Does the absolute `path` lie in (or is it) a `.git` or `.hg`?"""
-    return any(part.lower() in RUN_BY_TOOLS for part in path.split(os.sep))
+    """Does the absolute `path` lie in (or is it) one of RUN_BY_TOOLS, or in
+    the hooks folder its repository's `core.hooksPath` names?"""
+    if any(part.lower() in RUN_BY_TOOLS for part in path.split(os.sep)):
+        return True
+    hooks = _hooks_path(path)
+    return hooks is not None and (path == hooks or path.startswith(hooks + os.sep))
+
+
+_HOOKS_PATH = re.compile(r"(?im)^\s*hookspath\s*=\s*(.+?)\s*$")
+
+
+def _hooks_path(path: str) -> str | None:
+    """The absolute folder `core.hooksPath` names in the config of the git
+    repository `path` lies in (its nearest `.git` folder above it), or None."""
+    folder = os.path.dirname(path)
+    while True:
+        config = os.path.join(folder, ".git", "config")
+        if os.path.isfile(config):
+            break
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+    try:
+        with open(config, encoding="utf-8", errors="replace") as f:
+            found = _HOOKS_PATH.findall(f.read(1 << 20))
+    except OSError:
+        return None
+    if not found:
+        return None
+    hooks = os.path.expanduser(found[-1].strip('"'))  # the last one set wins
+    return os.path.realpath(os.path.join(folder, hooks))
 
 
 def writes_code(path: str, cwd: str) -> str | None:
-    """Where a write to `path` really lands when that is in a `.git` or `.hg`
-    (as written, or through a link), else None."""
+    """Where a write to `path` really lands when that is in a folder whose
+    files tools run (`runs_code`; as written, or through a link), else None."""
     try:
         shown, target = resolve(path, cwd), real(path, cwd)
     except (ValueError, OSError):

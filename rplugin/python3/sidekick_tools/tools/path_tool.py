@@ -14,10 +14,10 @@ from .schema import validate
 
 
 def _a_chat(path: str, ctx: ToolContext) -> bool:
-    """Is `path` a chat (this one, or any `*.sidekick.md`)? A chat written on
+    """Is `path` a chat (this one, or any `*.sidekick.md`, in any case)? A chat written on
     disk reaches its buffer on `:checktime`, calls and results forged."""
     target = _fs.real(path, ctx.cwd)
-    if target.endswith(".sidekick.md"):
+    if target.lower().endswith(".sidekick.md"):
         return True
     return bool(ctx.chat) and os.path.isabs(ctx.chat) and target == os.path.realpath(ctx.chat)
 
