@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -110,7 +111,9 @@ def test_spawn_errors(tmp_path) -> None:
     with pytest.raises(spawn.SpawnError, match="environment variable"):
         spawn.spawn("true", log_dir, cwd=str(tmp_path), env={"A=B": "x"})
     # under the schema's 64 Ki characters, over Linux's 128 KiB for one argument
-    with pytest.raises(spawn.SpawnError, match=r"the command is 140005 bytes; one argument"):
+    # (its bytes, with the check of the halt file before it)
+    check = len(wrapper.guarded("", log_dir).encode())
+    with pytest.raises(spawn.SpawnError, match=rf"the command is {140005 + check} bytes with"):
         spawn.spawn("echo " + "é" * 70_000, log_dir)
 
 
@@ -187,6 +190,36 @@ def test_a_halted_command_that_had_not_started_never_starts(tmp_path) -> None:
     proc = spawn.spawn('echo "rc=$? $0"', log_dir, cwd=str(tmp_path))
     assert proc.popen.wait(timeout=10) == 0
     assert read(os.path.join(log_dir, "stdout")) == "rc=0 /bin/sh\n"
+
+
+async def test_a_halt_writes_its_file_before_the_sigterm(tmp_path, monkeypatch) -> None:
+    """The guard above works only if a halt writes the file first: when the
+    group's SIGTERM goes out, the file is there."""
+    log_dir = str(tmp_path / "log")
+    proc = spawn.spawn("sleep 30", log_dir, cwd=str(tmp_path))
+    seen = []
+    real = process.terminate_group
+
+    async def looking(pgid, grace):
+        seen.append(os.path.exists(os.path.join(log_dir, wrapper.HALT)))
+        return await real(pgid, grace)
+
+    monkeypatch.setattr(process, "terminate_group", looking)
+    await proc.terminate(0.5)
+    await proc.wait()
+    assert seen == [True]
+
+
+@pytest.mark.skipif(not LINUX, reason="Linux's limit on one argument")
+def test_a_command_over_the_argument_limit_is_said_with_its_real_size(tmp_path) -> None:
+    """The halt file's check goes before the command in one argument: a command
+    just under the limit no longer fits, and the error said it was smaller than
+    the limit it named."""
+    command = "true " + "#" * (spawn.ARG_MAX_BYTES - 10)
+    with pytest.raises(spawn.SpawnError) as err:
+        spawn.spawn(command, str(tmp_path / "log"), cwd=str(tmp_path))
+    size = int(re.search(r"the command is (\d+) bytes", str(err.value)).group(1))
+    assert size > spawn.ARG_MAX_BYTES, str(err.value)
 
 
 async def test_terminate_group_kills_a_tree_that_ignores_sigterm(tmp_path) -> None:

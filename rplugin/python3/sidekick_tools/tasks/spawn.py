@@ -63,10 +63,10 @@ def spawn(
         os.makedirs(log_dir, mode=0o700, exist_ok=True)
     except OSError as exc:
         raise SpawnError(f"cannot create the task's log directory {log_dir}: {exc}") from exc
+    argument = guarded(command, log_dir)  # the command, after the halt file's check
     try:
         popen = subprocess.Popen(
-            ["/bin/sh", "-c", WRAPPER, SUPERVISOR_NAME, guarded(command, log_dir), log_dir]
-            + [_umask()]
+            ["/bin/sh", "-c", WRAPPER, SUPERVISOR_NAME, argument, log_dir, _umask()]
             + ([task_id] if task_id else []),
             cwd=cwd or None,
             env=full_env,
@@ -82,9 +82,10 @@ def spawn(
             reason = f"{reason} (working directory {cwd})"
         if isinstance(exc, OSError) and exc.errno == errno.E2BIG:
             # Linux takes at most 128 KiB in one argument, counted in bytes
-            size = len(command.encode("utf-8", "surrogateescape"))
+            size = len(argument.encode("utf-8", "surrogateescape"))
             reason = (
-                f"{reason} (the command is {size} bytes; one argument may hold {ARG_MAX_BYTES})"
+                f"{reason} (the command is {size} bytes with the plugin's check before it; "
+                f"one argument may hold {ARG_MAX_BYTES})"
             )
         raise SpawnError(f"cannot start the task: {reason}") from exc
     if nice > 0:
