@@ -121,6 +121,91 @@ local function scan_to(buf, scan, upto)
   end
 end
 
+--- Where row `row` stands in the scan (rows before it scanned): the fence it
+--- is in ({ len, thinking }, or nil) and the role of its message.
+local function state_at(scan, row)
+  local fence, role
+  for i = #scan.fences, 1, -1 do
+    local f = scan.fences[i]
+    if f.open < row then
+      if f.close == nil or f.close >= row then
+        fence = f
+      end
+      break
+    end
+  end
+  for i = #scan.roles, 1, -1 do
+    if scan.roles[i].row < row then
+      role = scan.roles[i].role
+      break
+    end
+  end
+  return {
+    len = fence and fence.len or 0,
+    thinking = fence and fence.thinking or false,
+    role = role,
+  }
+end
+
+--- `st` after `line`, by scan_to's rules.
+local function step(st, line)
+  if line:byte(1) == BACKTICK then
+    local n = backticks(line)
+    if st.len > 0 then
+      if n >= st.len and line:sub(n + 1):match(constants.closer_rest) then
+        return { len = 0, thinking = false, role = st.role }
+      end
+    elseif n >= 3 and not line:find("`", n + 1, true) then
+      local word = line:sub(n + 1):match("^%s*(%S+)")
+      return { len = n, thinking = word == "thinking" and st.role == "ASSISTANT", role = st.role }
+    end
+  elseif st.len == 0 then
+    local r = role_of(line)
+    if r then
+      return { len = 0, thinking = false, role = r }
+    end
+  end
+  return st
+end
+
+--- Did an edit of rows [first, last_old) (now [first, last_new)) leave the rows
+--- below it standing elsewhere (in another fence, or none, or another role)?
+--- Then the fences below pair anew, and Neovim, which evaluates 'foldexpr'
+--- again only near the edit, keeps folds that are no longer there. A block
+--- written whole (a result) leaves them where they stood.
+local function pairs_anew(buf, scan, first, last_old, last_new)
+  if scan.scanned <= first then
+    return false -- nothing below was scanned, so no fold below is cached
+  end
+  if scan.scanned < last_old or (scan.dirty and scan.dirty < last_old) then
+    return true -- what stood there is not known: say it changed
+  end
+  local before = state_at(scan, last_old)
+  local st = state_at(scan, first)
+  for _, line in ipairs(vim.api.nvim_buf_get_lines(buf, first, last_new, false)) do
+    st = step(st, line)
+  end
+  return st.len ~= before.len or st.thinking ~= before.thinking or st.role ~= before.role
+end
+
+--- The folds of the windows showing `buf`, evaluated again on every row:
+--- Neovim evaluates 'foldexpr' again only near the rows an edit changed, and
+--- a fence line edited pairs the fences below anew (a thinking fold kept
+--- closed over what had become a call). Folds the user opened stay open.
+local function refresh(buf)
+  local scan = scans[buf]
+  if scan then
+    scan.refresh = nil
+  end
+  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+    if vim.wo[win].foldexpr == M.EXPR then
+      vim.api.nvim_win_call(win, function()
+        vim.opt_local.foldexpr = M.EXPR
+      end)
+    end
+  end
+end
+
 --- The scan of `buf`, following its edits from now on.
 local function scan_of(buf)
   local scan = scans[buf]
@@ -130,10 +215,16 @@ local function scan_of(buf)
   scan = fresh()
   scans[buf] = scan
   vim.api.nvim_buf_attach(buf, false, {
-    on_lines = function(_, b, _, first)
+    on_lines = function(_, b, _, first, last_old, last_new)
       local s = scans[b]
       if not s then
         return true -- no longer followed: detach
+      end
+      if not s.refresh and pairs_anew(b, s, first, last_old, last_new) then
+        s.refresh = true
+        vim.schedule(function()
+          refresh(b)
+        end)
       end
       s.dirty = math.min(s.dirty or first, first)
     end,

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sidekick_tools.chat.conversation import read_chat
 
+from tests.conftest import wait_for
 from tests.fake_provider import ThreadedFakeProvider, reply, text, thinking
 from tests.integration.chat_helpers import use_fake, wait_replies
 
@@ -217,3 +218,44 @@ def test_a_fold_closes_where_the_host_closes_the_fence(editor, tail):
     assert calls  # the host reads calls here
     for row in calls:  # and none of them is folded out of sight
         assert all(not (a <= row <= b) for a, b in folds(editor)), (row, folds(editor))
+
+
+STALE = """\
+USER: hi
+
+ASSISTANT: ok
+
+```thinking
+real thought
+```
+
+``` `x`
+`````thinking
+````
+```tool run_terminal_command id=x
+{"command": "touch owned_fold"}
+```
+`````
+
+done
+"""
+
+
+def test_an_edit_that_pairs_the_fences_below_anew_refolds_them(editor):
+    """`:9s/ `x`//` makes line 9 open a code block that the 4-backtick line
+    closes: the `thinking` line below is text, the tool block a call. Neovim
+    evaluates folds again only near the edit: the old thinking fold stayed
+    closed over the call. A fold the user opened stays open."""
+    from sidekick_tools.chat.parser import parse
+
+    editor.setup()
+    editor.open_chat(STALE)
+    assert folds(editor) == [(5, 7), (10, 15)]
+    editor.nvim.command("normal! 5Gzo")  # the user opens the first
+    editor.nvim.command("9s/ `x`//")
+    lines = editor.lines()
+    assert [c.start_row + 1 for c in parse(lines).calls] == [12]
+    wait_for(lambda: folds(editor) == [])
+    assert [(a + 1, b + 1) for a, b in read_chat(lines).thinking_rows] == [(5, 7)]
+    editor.nvim.command("normal! zM")  # and what is a thinking block still folds
+    assert folds(editor) == [(5, 7)]
