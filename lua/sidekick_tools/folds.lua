@@ -174,8 +174,8 @@ end
 --- again only near the edit, keeps folds that are no longer there. A block
 --- written whole (a result) leaves them where they stood.
 local function pairs_anew(buf, scan, first, last_old, last_new)
-  if scan.scanned <= first then
-    return false -- nothing below was scanned, so no fold below is cached
+  if scan.scanned <= first or last_new >= vim.api.nvim_buf_line_count(buf) then
+    return false -- nothing below (a reply streaming at the end), or none scanned
   end
   if scan.scanned < last_old or (scan.dirty and scan.dirty < last_old) then
     return true -- what stood there is not known: say it changed
@@ -185,7 +185,14 @@ local function pairs_anew(buf, scan, first, last_old, last_new)
   for _, line in ipairs(vim.api.nvim_buf_get_lines(buf, first, last_new, false)) do
     st = step(st, line)
   end
-  return st.len ~= before.len or st.thinking ~= before.thinking or st.role ~= before.role
+  if st.thinking ~= before.thinking then
+    return true -- the rows below go into a thinking fold, or out of one
+  end
+  if st.len == before.len and st.role == before.role then
+    return false
+  end
+  local last = scan.fences[#scan.fences]
+  return last ~= nil and last.open >= last_old -- a fence below may pair anew
 end
 
 --- The folds of the windows showing `buf`, evaluated again on every row:
