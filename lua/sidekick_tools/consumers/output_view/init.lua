@@ -42,48 +42,6 @@ end
 
 -- following -------------------------------------------------------------------------
 
--- following -------------------------------------------------------------------------
-
--- masking ----------------------------------------------------------------------------
-
-local asked = {} ---@type table<integer, fun(raws: table|nil)>
-local asked_seq = 0
-local listening = false
-
---- `raws` (follow.read_raw's) with every secret masked, given to `done` when
---- the host answers: the one masker (secrets_mask.py), as for everything else
---- the plugin shows; its work is off the editor's loop, in the host's worker
---- thread. nil when there is no host to ask: such lines are not shown.
-local function masked(raws, done)
-  if not listening then
-    listening = true
-    client.on("masked", function(ev)
-      local cb = asked[ev.seq]
-      asked[ev.seq] = nil
-      if cb then
-        cb(ev.raws)
-      end
-    end)
-    client.on("host", function(ev)
-      if not ev.up then
-        local waiting = asked
-        asked = {}
-        for _, cb in pairs(waiting) do
-          cb(nil)
-        end
-      end
-    end)
-  end
-  if not host.running() then
-    return done(nil)
-  end
-  asked_seq = asked_seq + 1
-  asked[asked_seq] = done
-  host.notify("mask_output", asked_seq, raws)
-end
-
--- following -------------------------------------------------------------------------
-
 --- Show lines read (and masked) from the logs.
 local function show(v, new)
   local before = #v.lines -- lines shown (or filtered out) already

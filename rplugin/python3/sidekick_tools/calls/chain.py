@@ -326,8 +326,9 @@ async def hand_question(call: ToolCall, cwd: str) -> dict[str, Any] | None:
     what it does: one written with needless escapes (`\\u003b` for `;`: the
     question shows it decoded), one whose `path`, `paths` or `cwd` reads as
     inside the working directory but leads outside it through a link in the
-    project, or a write that a link leads into a `.git` or `.hg`. Running a
-    call by hand is consent to what its text shows."""
+    project, or a write that a link leads into a folder whose files tools run
+    (`.git`, a hooks folder: `_fs.runs_code`). Running a call by hand is
+    consent to what its text shows."""
 
     def found() -> list[str]:
         out = [(hidden_outside(call.params, cwd), "outside the working directory")]

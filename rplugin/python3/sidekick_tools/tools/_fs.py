@@ -54,8 +54,8 @@ def read_regular(
 
 def _opened_inside(fd: int, folder: str) -> bool:
     """Does the file open on `fd` lie in `folder`? Asked of the kernel (Linux's
-    /proc/self/fd, macOS's F_GETPATH); where neither answers, by the path's
-    real location now (a narrower window than the check's)."""
+    /proc/self/fd, macOS's F_GETPATH); where neither answers, the check made
+    on the path before the open stands."""
     opened = None
     try:
         opened = os.readlink(f"/proc/self/fd/{fd}")
