@@ -510,6 +510,8 @@ def test_a_question_shows_what_the_eye_would_not_see():
     assert describe(_call("run_terminal_command", {"command": "a\u200bb\n\tc  d"})) == (
         "a<U+200B>b ⏎ c d"
     )
+    # a letter drawn blank (a Hangul filler) is one word to the shell, not a space
+    assert describe(_call("run_terminal_command", {"command": "y\u3164z"})) == "y<U+3164>z"
     line = describe(_call("write_file", {"content": "x", "path": "docs/\u202eexe.md"}))
     assert line == '{"content": "x"} (path="docs/<U+202E>exe.md")'
 

@@ -131,6 +131,11 @@ _LINE_BREAK = re.compile(r"(?<![ \t])[ \t]*\n[ \t\n]*")
 _BLANKS = re.compile(r"[ \t]+")
 
 
+# Letters Unicode calls printable that draw as blank (Hangul fillers, the blank
+# Braille pattern): `yㅤz` reads as `y z`, one word to the shell.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
 def visible(text: str) -> str:
     """`text` on one line, as a person must read it to judge it: runs of plain
     spaces and tabs become one space, a line break shows as ⏎ (the shell starts
@@ -139,7 +144,9 @@ def visible(text: str) -> str:
     (`ls<U+00A0>-la` is not `ls -la`)."""
     text = _BLANKS.sub(" ", _LINE_BREAK.sub(" ⏎ ", text.strip(" \t\n"))).strip(" ")
     return "".join(
-        c if c == " " or (c.isprintable() and not c.isspace()) else f"<U+{ord(c):04X}>"
+        c
+        if c == " " or (c.isprintable() and not c.isspace() and c not in _BLANK_LETTERS)
+        else f"<U+{ord(c):04X}>"
         for c in text
     )
 
