@@ -27,8 +27,12 @@ local function watch(buf)
     return true
   end
   local ok = vim.api.nvim_buf_attach(buf, false, {
-    on_lines = function(_, b, tick)
+    on_lines = function(_, b, tick, first, last_old, last_new)
       text_tick[b] = tick
+      local client = package.loaded["sidekick_tools.client"]
+      if client then
+        client.lines_moved(b, first, last_old, last_new)
+      end
     end,
     on_reload = function(_, b)
       text_tick[b] = vim.api.nvim_buf_get_changedtick(b)

@@ -170,6 +170,21 @@ local function still_at(buf, s)
   return s.id == nil or s.id == "" or line:find(" id=" .. s.id, 1, true) ~= nil
 end
 
+--- Rows [first, last_old) of `buf` are now [first, last_new): the scanned
+--- calls below them move with the text until the next scan says where they
+--- are (a result written above pending calls hid their state until then).
+function M.lines_moved(buf, first, last_old, last_new)
+  local delta = last_new - last_old
+  if delta == 0 then
+    return
+  end
+  for _, s in ipairs(M.scanned[buf] or {}) do
+    if s.row >= last_old then
+      s.row = s.row + delta
+    end
+  end
+end
+
 --- Every call of `buf` with a state to show, by row: the followed calls whose
 --- mark is still valid, then the scanned ones on the other rows (those whose
 --- header is still where the scan found it).

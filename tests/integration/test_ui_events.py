@@ -159,3 +159,28 @@ def test_the_running_diagnostic_is_set_before_the_command_returns(editor, tmp_pa
     assert seen is not None and seen.startswith("⟳ run_terminal_command"), seen
     marker.write_text("")
     editor.wait_text("```result id=call_01 status=completed exit=0")
+
+
+def test_pending_calls_keep_their_state_when_lines_are_written_above_them(editor):
+    """A background result written above pending calls moved them down; their
+    ▶ states, found at the rows of the last scan, went out of view until the
+    next scan (about half a second). The scanned rows move with the text."""
+    editor.setup()
+    blocks = [call_block("run_terminal_command", {"command": f"echo {i}"}, f"p{i}") for i in (1, 2)]
+    editor.open_chat(chat(*blocks))
+    editor.lua("return require('sidekick_tools').list_tasks()")  # the host, which scans it
+    row = editor.text().split("\n").index("```tool run_terminal_command id=p2")
+    editor.wait_diag(row, "▶ run_terminal_command")
+    rows = editor.lua(
+        """
+        vim.api.nvim_buf_set_lines(0, 3, 3, false, { "a", "b", "c" })
+        local out = {}
+        local buf = vim.api.nvim_get_current_buf()
+        for _, c in ipairs(require("sidekick_tools.client").call_states(buf)) do
+          table.insert(out, c.row)
+        end
+        table.sort(out)
+        return out
+        """
+    )
+    assert row + 3 in rows and HEADER_ROW + 3 in rows, rows
