@@ -31,6 +31,13 @@ local function line_of(bufnr, lnum, what)
   return nil, "sidekick_tools: " .. what .. " needs a line number for a buffer that is not current"
 end
 
+--- Does `bufnr` hold a ```tool block anywhere? (A search in C.)
+local function has_call(bufnr)
+  return vim.api.nvim_buf_call(bufnr, function()
+    return vim.fn.search([[^```\+\s*tool\>]], "nw") > 0
+  end)
+end
+
 --- Call client[name](...); an error is notified and returned as nil, message.
 local function ask(name, ...)
   local ok, res = pcall(client()[name], ...)
@@ -146,6 +153,17 @@ function M.run_tool(bufnr, lnum)
   local line, msg = line_of(bufnr, lnum, "run_tool")
   if not line then
     return err(msg)
+  end
+  if not require("sidekick_tools.host").running() and not has_call(bufnr) then
+    -- no call at all: said as the host would say it, and no host is started
+    -- for it (DESIGN §6: an error message, nothing else)
+    return err(
+      string.format(
+        "sidekick_tools: no tool call at line %d. Put the cursor on a ```tool block "
+          .. "of an ASSISTANT message.",
+        line
+      )
+    )
   end
   return run_asking("run_tool", bufnr, line - 1, vim.fn.getcwd())
 end

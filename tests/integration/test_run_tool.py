@@ -131,6 +131,17 @@ def test_no_call_under_cursor_is_an_error_and_nothing_else(editor):
     assert editor.text() + "\n" == original or editor.text() == original.rstrip("\n")
 
 
+def test_no_call_in_the_buffer_is_said_without_starting_the_host(editor):
+    """DESIGN §6: no call under the cursor is an error message, nothing else;
+    with no call in the buffer at all, not even the host is started for it."""
+    editor.setup()
+    editor.open_chat("USER: hello\n\nASSISTANT: Hi, no tools today.\n")
+    assert editor.run_tool(3) is None
+    notes = editor.notifications()
+    assert any("no tool call at line 3" in n for n in notes), notes
+    assert editor.host_pid() == 0
+
+
 def test_chain_runs_auto_acceptable_calls_and_stops_at_the_first_that_is_not(editor):
     editor.setup()
     (editor.workdir / "notes.txt").write_text("remember the milk\n")
