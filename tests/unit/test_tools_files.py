@@ -649,3 +649,18 @@ def test_a_read_run_unasked_is_judged_by_the_file_it_opened(root, ctx):
     assert "led outside the working directory as it was opened" in result.body
     ctx.auto = False
     assert "secret" in asyncio.run(READ.run({"paths": ["link"]}, ctx)).body
+
+
+def test_a_listing_run_unasked_is_judged_by_the_folder_it_opened(root, ctx):
+    """As for read_files: `list_directory ["link"]` approved while the link led
+    inside, flipped to a folder outside before the listing."""
+    (root / "link").symlink_to(root.parent / "outside")
+    ctx.auto = True
+    result = asyncio.run(LIST.run({"path": "link"}, ctx))
+    assert result.status == "failed" and "secret.txt" not in result.body
+    assert "led outside the working directory as it was opened" in result.body
+    assert asyncio.run(LIST.run({"path": "src"}, ctx)).body == "a.py"
+    ctx.auto = False
+    assert asyncio.run(LIST.run({"path": "link"}, ctx)).body == "secret.txt"
+    (root / "src" / "to_a").symlink_to("a.py")  # a link in a listing shows its target
+    assert asyncio.run(LIST.run({"path": "src"}, ctx)).body == "a.py\nto_a -> a.py"

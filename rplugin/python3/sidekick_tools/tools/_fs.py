@@ -40,7 +40,7 @@ def read_regular(
     it may have been swapped since."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as f:
-        if inside is not None and not _opened_inside(f.fileno(), inside):
+        if inside is not None and not opened_inside(f.fileno(), inside):
             raise LedOutside()
         st = os.fstat(f.fileno())
         if stat.S_ISDIR(st.st_mode):
@@ -52,7 +52,7 @@ def read_regular(
         return f.read(limit), st.st_size
 
 
-def _opened_inside(fd: int, folder: str) -> bool:
+def opened_inside(fd: int, folder: str) -> bool:
     """Does the file open on `fd` lie in `folder`? Asked of the kernel (Linux's
     /proc/self/fd, macOS's F_GETPATH); where neither answers, the check made
     on the path before the open stands."""
