@@ -375,10 +375,50 @@ function M.chat_opened(buf)
   end)
 end
 
+-- masking ----------------------------------------------------------------------------
+
+local asked = {} ---@type table<integer, fun(raws: table|nil)>
+local asked_seq = 0
+
+--- Raw lines of task output by stream ({ { line, ... }, { line, ... } }) with
+--- every secret masked, given to `done` when the host answers: the one masker
+--- (secrets_mask.py), as for everything else the plugin shows, its work off
+--- the editor's loop (the output view, the tasks window's quickfix list).
+--- nil when there is no host to ask: such lines are not to be shown.
+---@param raws string[][]
+---@param done fun(raws: string[][]|nil)
+function M.masked(raws, done)
+  if not host.running() then
+    return done(nil)
+  end
+  asked_seq = asked_seq + 1
+  asked[asked_seq] = done
+  host.notify("mask_output", asked_seq, raws)
+end
+
+handlers.masked = function(ev)
+  local done = asked[ev.seq]
+  asked[ev.seq] = nil
+  if done then
+    done(ev.raws ~= vim.NIL and ev.raws or nil)
+  end
+end
+
+--- The host that was asked to mask is gone (died, stopped for another, or a
+--- new one is up): its answers will not come, and nobody waits for them.
+function M.masking_lost()
+  local waiting = asked
+  asked = {}
+  for _, done in pairs(waiting) do
+    done(nil)
+  end
+end
+
 --- A (new) host is up: the consumers listen from its first event on, and it
 --- looks at every loaded chat, so that pending calls show their state and
 --- running blocks are followed again after a restart.
 function M.host_started()
+  M.masking_lost()
   -- what an earlier host followed is its own (marks it chose, states it sent):
   -- dropped, so that a call is never shown twice; this host follows it again
   local shown = {}
@@ -416,46 +456,8 @@ function M.host_lost()
       changed(buf)
     end
   end
-  masking_lost()
+  M.masking_lost()
   emit("host", { up = false })
-end
-
--- masking ----------------------------------------------------------------------------
-
-local asked = {} ---@type table<integer, fun(raws: table|nil)>
-local asked_seq = 0
-
---- Raw lines of task output by stream ({ { line, ... }, { line, ... } }) with
---- every secret masked, given to `done` when the host answers: the one masker
---- (secrets_mask.py), as for everything else the plugin shows, its work off
---- the editor's loop (the output view, the tasks window's quickfix list).
---- nil when there is no host to ask: such lines are not to be shown.
----@param raws string[][]
----@param done fun(raws: string[][]|nil)
-function M.masked(raws, done)
-  if not host.running() then
-    return done(nil)
-  end
-  asked_seq = asked_seq + 1
-  asked[asked_seq] = done
-  host.notify("mask_output", asked_seq, raws)
-end
-
-handlers.masked = function(ev)
-  local done = asked[ev.seq]
-  asked[ev.seq] = nil
-  if done then
-    done(ev.raws ~= vim.NIL and ev.raws or nil)
-  end
-end
-
---- The host is gone: what it was asked to mask will not come.
-local function masking_lost()
-  local waiting = asked
-  asked = {}
-  for _, done in pairs(waiting) do
-    done(nil)
-  end
 end
 
 local function count_tasks(status)

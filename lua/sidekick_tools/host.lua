@@ -382,6 +382,10 @@ function M.stop()
     state.generation = state.generation + 1 -- its on_exit is expected, not reported
     pcall(vim.rpcnotify, chan, "detach") -- before its stdin closes: it is read first
     pcall(vim.fn.jobstop, chan)
+    local client = package.loaded["sidekick_tools.client"]
+    if client then
+      client.masking_lost() -- what it was asked to mask it will not answer
+    end
   end
 end
 

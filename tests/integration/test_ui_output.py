@@ -375,3 +375,42 @@ def test_the_output_view_shows_secrets_masked(editor):
     assert key not in text and "hunter2" not in text and "abc123def" not in text
     log = editor.lua("return require('sidekick_tools').get_task(...).log_path", token)
     assert key in Path(log).read_text()  # the raw log on disk, as it was
+
+
+def test_masking_asked_of_a_host_that_goes_is_given_up(editor):
+    """The output view waits for the host to mask what it read: a host that
+    died (host_lost raised a Lua error there, the view waited for good) or was
+    stopped for another (:SidekickInstall) answers nothing, and the wait ends."""
+    editor.setup()
+    editor.lua("return require('sidekick_tools').list_tasks()")  # a host
+    got = editor.lua(
+        """
+        local client, host = require("sidekick_tools.client"), require("sidekick_tools.host")
+        local got = {}
+        client.masked({ { "a" } }, function(r) table.insert(got, r == nil and "none" or "lines") end)
+        client.host_lost()
+        require("sidekick_tools").list_tasks() -- a new host
+        client.masked({ { "b" } }, function(r) table.insert(got, r == nil and "none" or "lines") end)
+        host.stop()
+        return got
+        """
+    )
+    assert got == ["none", "none"]
+    assert not [n for n in editor.notifications() if "attempt to call" in n]
+
+
+def test_the_output_view_goes_on_after_its_host_died(editor):
+    editor.setup()
+    marker = editor.workdir / "release"
+    flood = "for i in $(seq 1 200); do seq 1 2000; done"
+    token = start_background(editor, gated(marker, before=flood, after="echo after-the-host"))
+    editor.nvim.command(f"SidekickOutput {token}")
+    buf = current_buf(editor)
+    wait_lines(editor, buf, lambda ls: len(ls) > 1000)
+    editor.kill_host()
+    wait_for(lambda: [n for n in editor.notifications() if "host exited" in n])
+    editor.lua("return require('sidekick_tools').list_tasks()")  # a new host
+    marker.write_text("")
+    lines = wait_lines(editor, buf, lambda ls: ls[-1].startswith(f"[task {token} "))
+    assert "after-the-host" in lines
+    assert not [n for n in editor.notifications() if "attempt to call" in n]

@@ -52,7 +52,7 @@ local function show(v, new)
   local had_note = v.note ~= nil and not v.rx
   local gone = render.trim(v)
   if not valid(v) then
-    return more
+    return
   end
   local old = math.min(#gone, before) -- dropped lines that were read before
   if #gone > 0 then
