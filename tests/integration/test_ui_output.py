@@ -387,10 +387,11 @@ def test_masking_asked_of_a_host_that_goes_is_given_up(editor):
         """
         local client, host = require("sidekick_tools.client"), require("sidekick_tools.host")
         local got = {}
-        client.masked({ { "a" } }, function(r) table.insert(got, r == nil and "none" or "lines") end)
+        local function note(r) table.insert(got, r == nil and "none" or "lines") end
+        client.masked({ { "a" } }, note)
         client.host_lost()
         require("sidekick_tools").list_tasks() -- a new host
-        client.masked({ { "b" } }, function(r) table.insert(got, r == nil and "none" or "lines") end)
+        client.masked({ { "b" } }, note)
         host.stop()
         return got
         """
