@@ -384,23 +384,27 @@ local asked_seq = 0
 --- every secret masked, given to `done` when the host answers: the one masker
 --- (secrets_mask.py), as for everything else the plugin shows, its work off
 --- the editor's loop (the output view, the tasks window's quickfix list).
---- nil when there is no host to ask: such lines are not to be shown.
+--- `keys`: whether each stream ended its last piece inside a private key
+--- (what `done` gets back as its second argument, for the next piece). nil
+--- when there is no host to ask: such lines are not to be shown.
 ---@param raws string[][]
----@param done fun(raws: string[][]|nil)
-function M.masked(raws, done)
+---@param keys boolean[]|nil
+---@param done fun(raws: string[][]|nil, keys: boolean[]|nil)
+function M.masked(raws, keys, done)
   if not host.running() then
     return done(nil)
   end
   asked_seq = asked_seq + 1
   asked[asked_seq] = done
-  host.notify("mask_output", asked_seq, raws)
+  host.notify("mask_output", asked_seq, raws, keys or {})
 end
 
 handlers.masked = function(ev)
   local done = asked[ev.seq]
   asked[ev.seq] = nil
   if done then
-    done(ev.raws ~= vim.NIL and ev.raws or nil)
+    local raws = ev.raws ~= vim.NIL and ev.raws or nil
+    done(raws, raws and ev.keys ~= vim.NIL and ev.keys or nil)
   end
 end
 

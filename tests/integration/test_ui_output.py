@@ -388,10 +388,10 @@ def test_masking_asked_of_a_host_that_goes_is_given_up(editor):
         local client, host = require("sidekick_tools.client"), require("sidekick_tools.host")
         local got = {}
         local function note(r) table.insert(got, r == nil and "none" or "lines") end
-        client.masked({ { "a" } }, note)
+        client.masked({ { "a" } }, nil, note)
         client.host_lost()
         require("sidekick_tools").list_tasks() -- a new host
-        client.masked({ { "b" } }, note)
+        client.masked({ { "b" } }, nil, note)
         host.stop()
         return got
         """
@@ -415,3 +415,32 @@ def test_the_output_view_goes_on_after_its_host_died(editor):
     lines = wait_lines(editor, buf, lambda ls: ls[-1].startswith(f"[task {token} "))
     assert "after-the-host" in lines
     assert not [n for n in editor.notifications() if "attempt to call" in n]
+
+
+def test_the_output_view_masks_keys_across_reads_and_colour_codes(editor):
+    """A private key printed a line at a time, its body lines read apart from
+    its BEGIN and END lines, showed its body; a key right after a colour code
+    (`grep --color`) showed whole."""
+    editor.setup()
+    ghp = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123"
+    steps = [
+        f"printf '\\033[32m{ghp}\\033[0m\\n'",
+        "echo '-----BEGIN OPENSSH PRIVATE KEY-----'",
+        "echo b3BlbnNzaC1rZXktdjEAAAAA",
+        "echo QUJDREVGR0hJSktMTU5PUFFSU1RVVldY",
+        "echo '-----END OPENSSH PRIVATE KEY-----'",
+    ]
+    gates = [editor.workdir / f"gate{i}" for i in range(len(steps))]
+    command = "; ".join(
+        f"while [ ! -e {gate} ]; do sleep 0.05; done; {step}" for gate, step in zip(gates, steps)
+    )
+    token = start_background(editor, command)
+    editor.nvim.command(f"SidekickOutput {token}")
+    buf = current_buf(editor)
+    for i, gate in enumerate(gates):  # each step read apart from the others
+        gate.write_text("")
+        wait_lines(editor, buf, lambda ls, n=i + 1: len([x for x in ls if x]) >= n)
+    lines = wait_lines(editor, buf, lambda ls: ls[-1].startswith(f"[task {token} "))
+    text = "\n".join(lines)
+    assert "QUJDREVGR0hJSktMTU5PUFFSU1RVVldY" not in text and "b3BlbnNzaC1rZXkt" not in text
+    assert "-----END OPENSSH PRIVATE KEY-----" in lines and ghp not in text

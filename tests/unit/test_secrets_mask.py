@@ -368,3 +368,29 @@ def test_a_yaml_secret_in_json_text_is_masked_alike(line, brk):
 
 def test_a_yaml_like_string_in_source_code_is_left_alone():
     assert mask('log.info("token: %s", token)') == 'log.info("token: %s", token)'
+
+
+def test_an_output_stream_read_by_pieces_keeps_a_key_masked_across_them():
+    """The output view masks each read of a log: a private key printed a line
+    at a time showed its whole body (no BEGIN or END line in a read)."""
+    from sidekick_tools.secrets_mask import mask_stream
+
+    body = ["b3BlbnNzaC1rZXktdjEAAAAA" * 2, "QUJDREVGR0hJSktMTU5PUFFSU1RVVldY"]
+    lines, inside = mask_stream(["before", "-----BEGIN OPENSSH PRIVATE KEY-----"])
+    assert lines[0] == "before" and inside
+    lines, inside = mask_stream([body[0]], inside)
+    assert lines == [REPLACEMENT] and inside
+    lines, inside = mask_stream([body[1], "-----END OPENSSH PRIVATE KEY-----", "after"], inside)
+    assert lines == [REPLACEMENT, "-----END OPENSSH PRIVATE KEY-----", "after"] and not inside
+    assert mask_stream(["plain"], False) == (["plain"], False)
+
+
+def test_a_secret_split_by_colour_codes_is_masked_in_output():
+    """`grep --color` puts codes between a name and its `=`, and `\\e[32m`
+    ends in a letter a token may not follow: masked without the codes."""
+    from sidekick_tools.secrets_mask import mask_stream
+
+    ghp = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123"
+    grep = "DB_\x1b[01;31m\x1b[KPASSWORD\x1b[m\x1b[K=hunter2hunter2"
+    lines, _ = mask_stream([f"\x1b[32m{ghp}\x1b[0m", grep, "\x1b[31mred\x1b[0m plain"])
+    assert lines == ["ghp_***", "DB_PASSWORD=***", "\x1b[31mred\x1b[0m plain"]

@@ -18,7 +18,7 @@ from .calls.follow import task_view
 from .config import Config
 from .halting import halt_answer
 from .nvim_port import NvimPort
-from .secrets_mask import mask
+from .secrets_mask import mask_stream
 from .statedir import log_to_file, open_state_dir
 from .tasks.identity import owner_token
 from .tasks.manager import TaskManager
@@ -338,18 +338,19 @@ class Host:
         }
 
     @rpc.notification
-    def rpc_mask_output(self, seq: int, raws: list[list[str]]) -> Any:
-        """The output view's new raw lines, by stream: each stream's masked
-        (secrets_mask, its lines as one text: a key's PEM body spans lines) in
-        a worker thread, then sent back as a `masked` event with `seq`."""
+    def rpc_mask_output(self, seq: int, raws: list[list[str]], keys: Any = None) -> Any:
+        """The output view's new raw lines, by stream, each stream's masked
+        (`secrets_mask.mask_stream`; `keys`: whether each ended its last piece
+        inside a private key) in a worker thread, then sent back as a `masked`
+        event with `seq`, and where each stream ends now."""
 
         async def work() -> None:
             try:
-                safe = await asyncio.to_thread(_masked_streams, raws)
+                safe, inside = await asyncio.to_thread(_masked_streams, raws, keys)
             except Exception:
                 log.exception("masking output failed")
-                safe = None  # not shown: never unmasked
-            self.port.emit({"type": "masked", "seq": seq, "raws": safe})
+                safe = inside = None  # not shown: never unmasked
+            self.port.emit({"type": "masked", "seq": seq, "raws": safe, "keys": inside})
 
         fut = asyncio.ensure_future(work(), loop=self.port.loop)
         self._masking.add(fut)
@@ -363,10 +364,11 @@ class Host:
         return self.calls.token_at(int(buf), int(row))
 
 
-def _masked_streams(raws: list[list[str]]) -> list[list[str]]:
-    """Each stream's lines masked as one text (a PEM key's body goes as one
-    `***` line); a stream with none stays empty."""
-    return [mask("\n".join(lines)).split("\n") if lines else [] for lines in raws]
+def _masked_streams(raws: list[list[str]], keys: Any) -> tuple[list[list[str]], list[bool]]:
+    """Each stream masked, and whether it ends inside a private key."""
+    keys = keys if isinstance(keys, list) else []
+    done = [mask_stream(lines, i < len(keys) and keys[i] is True) for i, lines in enumerate(raws)]
+    return [lines for lines, _ in done], [inside for _, inside in done]
 
 
 def _task_filter(

@@ -392,3 +392,48 @@ def mask_value(value: Any, literals: Iterable[str] = ()) -> Any:
     if isinstance(value, list):
         return [mask_value(item, literals) for item in value]
     return value
+
+
+def key_body(line: str) -> tuple[str, bool]:
+    """A line inside a private key's block (after its BEGIN line, shown a line
+    at a time: a streamed reply, a log read by pieces) masked, and whether the
+    block goes on after it: its END line ends it."""
+    end = PEM_END.search(line)
+    if end is None:
+        return (REPLACEMENT if line.strip() else line), True
+    before = line[: end.start()]
+    return (REPLACEMENT if before.strip() else before) + line[end.start() :], False
+
+
+def opens_key(text: str) -> bool:
+    """Does `text` end inside a private key's block (a BEGIN line, no END after it)?"""
+    if "PRIVATE KEY-----" not in text:
+        return False
+    begins = list(PEM_BEGIN.finditer(text))
+    return bool(begins) and PEM_END.search(text, begins[-1].end()) is None
+
+
+def mask_stream(lines: list[str], in_key: bool = False) -> tuple[list[str], bool]:
+    """Lines of one output stream (a task's log, read by pieces) masked as one
+    text, and whether the stream ends inside a private key's block; `in_key`:
+    the piece before this one did (its body lines are masked to its END line).
+    A line whose secret colour codes split (`grep --color`: `PASSWORD\\e[m=…`)
+    is masked without them, shown as plain text."""
+    from .text import clean
+
+    head: list[str] = []
+    while in_key and len(head) < len(lines):
+        masked, in_key = key_body(lines[len(head)])
+        head.append(masked)
+    rest = lines[len(head) :]
+    if not rest:
+        return head, in_key
+    text = "\n".join(rest)
+    masked = mask(text).split("\n")
+    if len(masked) == len(rest):
+        for i, line in enumerate(masked):
+            if "\x1b" in line or "\x9b" in line:
+                plain = clean(line)
+                if mask(plain) != plain:
+                    masked[i] = mask(plain)
+    return head + masked, opens_key(text)

@@ -24,6 +24,7 @@ local POLL = 1000 -- ms, fallback when the watcher misses writes
 ---@field partial string bytes after the last newline read so far
 ---@field skip_first boolean drop the first (cut) line: the view started mid-file
 ---@field sgr table the ANSI colour state carried from line to line
+---@field in_key boolean|nil its last piece ended inside a private key (masked to its END)
 
 --- A stream of log `path` that starts at its last `initial_bytes`, so a huge
 --- log opens fast (0: from its start).

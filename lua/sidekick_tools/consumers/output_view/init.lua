@@ -83,8 +83,15 @@ local function read_new(v, final, done)
     return done(more)
   end
   v.reading = true
-  client.masked(raws, function(safe)
+  local keys = {}
+  for i, s in ipairs(v.streams) do
+    keys[i] = s.in_key == true
+  end
+  client.masked(raws, keys, function(safe, ends)
     v.reading = false
+    for i, s in ipairs(v.streams) do
+      s.in_key = ends and ends[i] == true -- a private key read on into the next piece
+    end
     if valid(v) then
       if safe then
         show(v, follow.parse(v.streams, safe))

@@ -211,7 +211,7 @@ local function quickfix()
   for i, path in ipairs({ t.log_path, t.stderr_path }) do
     raws[i] = vim.split(read_tail(path, QUICKFIX_BYTES), "\n", { plain = true })
   end
-  client.masked(raws, function(safe)
+  client.masked(raws, nil, function(safe)
     if not safe then
       vim.notify(
         "sidekick_tools: no host to mask task " .. t.id .. "'s output",

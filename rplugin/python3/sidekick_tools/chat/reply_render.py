@@ -12,7 +12,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..secrets_mask import PEM_BEGIN, PEM_END, REPLACEMENT, mask, mask_keys, mask_literals
+from ..secrets_mask import (
+    PEM_BEGIN,
+    PEM_END,
+    REPLACEMENT,
+    key_body,
+    mask,
+    mask_keys,
+    mask_literals,
+)
 from .blocks import Block, Delta
 from .parser import is_closer
 from .reply import MARKER, ReplyBuilder, deltas_of
@@ -130,11 +138,8 @@ def _mask_prose_line(
     no secret). A private key's body is masked line by line to its END line."""
     fence, in_key = state
     if in_key:
-        end = PEM_END.search(line)
-        if end is None:
-            return (REPLACEMENT if line.strip() else line), state
-        before = line[: end.start()]
-        return (REPLACEMENT if before.strip() else before) + line[end.start() :], (fence, False)
+        masked, in_key = key_body(line)
+        return masked, (fence, in_key)
     begin = PEM_BEGIN.search(line)
     if begin is not None and not PEM_END.search(line, begin.end()):
         rest = line[begin.end() :].strip()
