@@ -444,3 +444,36 @@ def test_a_write_a_link_leads_into_git_s_folder_is_named(root):
     assert outside_note(params, cwd) == ""  # no tool: no write
     assert f"settings.cfg, which leads to {target}" in write("settings.cfg", "x", cwd).body
     assert write("b.txt", "x", cwd).body == "Created b.txt (1 byte written)."
+
+
+def test_the_hooks_folder_is_the_one_git_takes_hooks_from(root, tmp_path):
+    """core.hooksPath as git reads it (review: a comment on its line, an
+    included file, a linked worktree, a line of its own or not), not a line
+    that merely says hookspath; and the files that name what a commit runs."""
+    import subprocess
+
+    def git(*args, cwd=root):
+        subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x")
+    ctx = make_ctx(root, tools=["write_file"])
+
+    def asks(path, where=ctx):
+        return decide("write_file", {"path": path, "content": "x"}, where) == "ask"
+
+    config = root / ".git" / "config"
+    base = config.read_text()
+    config.write_text(base + "[alias]\n\thookspath = tools\n")  # no hooks path at all
+    assert not asks("tools/x.py")
+    config.write_text(base + "[core]\n\thooksPath = tools/hooks # ours\n")
+    assert asks("tools/hooks/pre-commit") and not asks("tools/x.py")
+    (root / "extra.cfg").write_text("[core]\n\thooksPath = more/hooks\n")
+    config.write_text(base + "[include]\n\tpath = ../extra.cfg\n")
+    assert asks("more/hooks/pre-commit")
+    config.write_text(base)
+    wt = tmp_path / "wt"  # a linked worktree: its .git is a file
+    git("worktree", "add", "-q", str(wt))
+    git("config", "core.hooksPath", "wt-hooks", cwd=wt)
+    assert asks("wt-hooks/pre-commit", make_ctx(wt, tools=["write_file"]))
+    assert asks(".pre-commit-config.yaml") and asks("sub/lefthook.yml")

@@ -4,9 +4,10 @@ writes, shared by the file tools."""
 from __future__ import annotations
 
 import os
-import re
 import secrets
+import shutil
 import stat
+import subprocess
 
 
 class PathError(ValueError):
@@ -112,43 +113,53 @@ def is_inside(path: str, cwd: str) -> bool:
 # plugin runs `git status` unasked), Mercurial's (hgrc hooks), Jujutsu's (its
 # config names programs), husky's git hooks; a `.git` file points git at
 # another folder. A write there is code the user never saw run. So is one into
-# the folder a repository's `core.hooksPath` names.
+# the folder git takes its hooks from (`core.hooksPath`), and into the files
+# that name the commands a commit runs (pre-commit's, lefthook's).
 RUN_BY_TOOLS = frozenset((".git", ".hg", ".jj", ".husky"))
+RUN_AT_COMMIT = frozenset(
+    (".pre-commit-config.yaml", "lefthook.yml", "lefthook.yaml", ".lefthook.yml", ".lefthook.yaml")
+)
 
 
 def runs_code(path: str) -> bool:
-    """Does the absolute `path` lie in (or is it) one of RUN_BY_TOOLS, or in
-    the hooks folder its repository's `core.hooksPath` names?"""
+    """Does the absolute `path` lie in (or is it) one of RUN_BY_TOOLS, or name
+    one of RUN_AT_COMMIT, or lie in the folder git takes its hooks from?"""
     if any(part.lower() in RUN_BY_TOOLS for part in path.split(os.sep)):
         return True
-    hooks = _hooks_path(path)
+    if os.path.basename(path).lower() in RUN_AT_COMMIT:
+        return True
+    hooks = _hooks_dir(_existing_folder(path))
     return hooks is not None and (path == hooks or path.startswith(hooks + os.sep))
 
 
-_HOOKS_PATH = re.compile(r"(?im)^\s*hookspath\s*=\s*(.+?)\s*$")
-
-
-def _hooks_path(path: str) -> str | None:
-    """The absolute folder `core.hooksPath` names in the config of the git
-    repository `path` lies in (its nearest `.git` folder above it), or None."""
+def _existing_folder(path: str) -> str:
     folder = os.path.dirname(path)
-    while True:
-        config = os.path.join(folder, ".git", "config")
-        if os.path.isfile(config):
-            break
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return None
-        folder = parent
-    try:
-        with open(config, encoding="utf-8", errors="replace") as f:
-            found = _HOOKS_PATH.findall(f.read(1 << 20))
-    except OSError:
-        return None
-    if not found:
-        return None
-    hooks = os.path.expanduser(found[-1].strip('"'))  # the last one set wins
-    return os.path.realpath(os.path.join(folder, hooks))
+    while folder and not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return folder or os.sep
+
+
+def _hooks_dir(folder: str) -> str | None:
+    """The absolute folder git takes the hooks of the repository `folder` is in
+    from (core.hooksPath as git reads it: in a worktree's config, an included
+    file, a line of its own or not), None outside a repository or without git."""
+    git = shutil.which("git")
+    hooks = None
+    if git is not None:
+        # the editor's GIT_DIR and the like must not point git elsewhere
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env["GIT_TERMINAL_PROMPT"] = "0"
+        argv = [git, "-c", "core.fsmonitor=false", "-C", folder, "rev-parse", "--git-path", "hooks"]
+        try:
+            done = subprocess.run(
+                argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=5
+            )
+            said = done.stdout.strip()
+            if done.returncode == 0 and said:
+                hooks = os.path.realpath(os.path.join(folder, said))
+        except (OSError, subprocess.SubprocessError, ValueError):
+            hooks = None
+    return hooks
 
 
 def writes_code(path: str, cwd: str) -> str | None:
