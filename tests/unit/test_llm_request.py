@@ -110,6 +110,27 @@ def test_secrets_are_masked_in_what_is_sent():
     assert body.count(b"sk-ant-***") == 3 and b"password=***" in body
 
 
+def test_the_models_own_code_is_sent_back_as_the_chat_shows_it():
+    """The chat shows a reply's code as the model wrote it (in a fence only keys
+    by their form are masked); the next request masked it as prose, and the
+    model read back `token = ***"X-Token"]`. The user's text is masked whole."""
+    code = '    token = request.headers["X-Token"]'
+    lines = [
+        "USER: fix it; my password=hunter2",
+        "ASSISTANT: Here:",
+        "```python",
+        "def auth(password: str):",
+        code,
+        "```",
+        "Then set password=abc123def in prose.",
+        "USER: thanks",
+    ]
+    said = json.loads(build(lines).http.body)["messages"]
+    text = json.dumps(said)
+    assert json.dumps(code)[1:-1] in text and "def auth(password: str):" in text
+    assert "hunter2" not in text and "abc123def" not in text
+
+
 def test_the_same_lines_give_the_same_bytes():
     lines = ["USER: a", "ASSISTANT: b", "USER: c ü"]
     assert build(lines).http.body == build(list(lines)).http.body

@@ -153,6 +153,17 @@ def _mask_prose_line(
     return masked, (fence, False)
 
 
+def mask_reply_text(text: str) -> str:
+    """A model's text masked as the chat shows it (`_mask_prose_line`, line by
+    line): so the model reads back its code as it wrote it, not mangled by
+    the masks for prose (`token = request.headers[...]` is no secret)."""
+    out, state = [], _OUTSIDE
+    for line in text.split("\n"):
+        masked, state = _mask_prose_line(line, state, ())
+        out.append(masked)
+    return "\n".join(out)
+
+
 class ReplyRenderer:
     """Renders a streaming reply into chat lines and hands out minimal edits.
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..chat.blocks import (
+    ASSISTANT,
     Conversation,
     Text,
     ToolResultBlock,
@@ -22,6 +23,7 @@ from ..chat.blocks import (
 )
 from ..chat.conversation import ChatDocument, read_chat
 from ..chat.parser import Chat
+from ..chat.reply_render import mask_reply_text
 from ..secrets_mask import mask, mask_value
 from .errors import ChatNotReady
 from .providers import HttpRequest, ProviderKind, RequestParts, get_kind
@@ -39,9 +41,10 @@ class ChatRequest:
     kind: ProviderKind = field(repr=False)
 
 
-def _mask_block(block: Any) -> Any:
+def _mask_block(block: Any, role: str) -> Any:
     if isinstance(block, Text):
-        return Text(mask(block.text))
+        # the model's own text as the chat shows it (its code left readable)
+        return Text(mask_reply_text(block.text) if role == ASSISTANT else mask(block.text))
     if isinstance(block, ToolUse):
         return replace(block, input=mask_value(block.input))
     if isinstance(block, ToolResultBlock):
@@ -55,7 +58,7 @@ def _masked_turn(turn: Turn) -> Turn:
     masked turn keeps each provider's encoding of it)."""
     masked = turn.memo.get("masked")
     if masked is None:
-        blocks = [_mask_block(b) for b in turn.blocks]
+        blocks = [_mask_block(b, turn.role) for b in turn.blocks]
         masked = turn.memo["masked"] = Turn(turn.role, blocks)
     return masked
 
