@@ -119,9 +119,9 @@ def apply_edit(lines: list[str], edit: Edit) -> list[str]:
 
 
 # The entries whose text the request's API key is masked in; in a text entry
-# (what the model says) every secret `secrets_mask.mask` knows is masked too,
-# not in a call's input (what the call does) nor in thinking (its signature
-# signs it as it came).
+# (what the model says) every other secret too (`_mask_prose_line`), not in a
+# call's input (what the call does) nor in thinking (its signature signs it as
+# it came).
 _MASKED = ("text", "tool_use")
 
 # Where a line of what the model says stands: the length of the code fence it
@@ -186,7 +186,7 @@ class ReplyRenderer:
         self._lo = 0  # rows before this are unchanged since the last take
         # each line masked in the last flush, with its masked form: an entry is
         # rendered whole each frame, its unchanged lines are not masked again
-        self._masked: dict[tuple[bool, str], str] = {}
+        self._masked: dict[str, str] = {}
         # a text entry's masked lines, by entry, and how many of them it had
         # settled then: those are taken as they are, not looked up line by line
         # (a reply of a million lines cost a million lookups a frame)
@@ -251,20 +251,17 @@ class ReplyRenderer:
         self._lines = out
         self._dirty = None
 
-    def _masked_lines(
-        self, entry: Any, rendered: list[str], known: dict[tuple[bool, str], str]
-    ) -> list[str]:
+    def _masked_lines(self, entry: Any, rendered: list[str], known: dict[str, str]) -> list[str]:
         if entry.kind == "text":
             return self._masked_prose(entry, rendered)
         settled, masked = self._settled.get(id(entry), (0, []))
         fresh = rendered[settled:]
-        text = False
         if len(fresh) > 8 and not any("\n" in s for s in self._secrets):
             # many new lines (a frame of a fast stream) in one call: no piece of
             # a key is found across a line break, so the lines come back as many
             done = mask_literals("\n".join(fresh), self._secrets).split("\n")
         else:
-            done = [self._mask(line, known, text) for line in fresh]
+            done = [self._mask(line, known) for line in fresh]
         out = masked[:settled] + done
         now = getattr(entry, "settled", 0)
         if now:
@@ -273,11 +270,11 @@ class ReplyRenderer:
             self._settled.pop(id(entry), None)
         return out
 
-    def _mask(self, line: str, known: dict[tuple[bool, str], str], text: bool) -> str:
-        masked = known.get((text, line))
+    def _mask(self, line: str, known: dict[str, str]) -> str:
+        masked = known.get(line)
         if masked is None:
             masked = mask_literals(line, self._secrets)
-        self._masked[(text, line)] = masked
+        self._masked[line] = masked
         return masked
 
     def _masked_prose(self, entry: Any, rendered: list[str]) -> list[str]:
