@@ -185,27 +185,39 @@ local function pairs_anew(buf, scan, first, last_old, last_new)
   for _, line in ipairs(vim.api.nvim_buf_get_lines(buf, first, last_new, false)) do
     st = step(st, line)
   end
-  if st.thinking ~= before.thinking then
-    return true -- the rows below go into a thinking fold, or out of one
-  end
-  if st.len == before.len and st.role == before.role then
-    return false
-  end
-  local last = scan.fences[#scan.fences]
-  return last ~= nil and last.open >= last_old -- a fence below may pair anew
+  return st.len ~= before.len or st.thinking ~= before.thinking or st.role ~= before.role
 end
 
---- The folds of the windows showing `buf`, evaluated again on every row:
---- Neovim evaluates 'foldexpr' again only near the rows an edit changed, and
---- a fence line edited pairs the fences below anew (a thinking fold kept
---- closed over what had become a call). Folds the user opened stay open.
+local THINKING_LINE = [[^```\+\s*thinking\>]]
+
+--- Is there a line below row `from` (0-based) of the buffer `win` shows that
+--- may open a thinking block? (A search in C; the cursor and view are kept.)
+local function thinking_below(win, from)
+  return vim.api.nvim_win_call(win, function()
+    local view = vim.fn.winsaveview()
+    local rows = vim.api.nvim_buf_line_count(0)
+    vim.api.nvim_win_set_cursor(0, { math.min(from + 1, rows), 0 })
+    local found = vim.fn.search(THINKING_LINE, "nWc") > 0
+    vim.fn.winrestview(view)
+    return found
+  end)
+end
+
+--- The folds of the windows showing `buf`, evaluated again on every row, when
+--- a thinking block may stand below the edits (from row `from` on): Neovim
+--- evaluates 'foldexpr' again only near the rows an edit changed, and a fence
+--- line edited pairs the fences below anew (a thinking fold kept closed over
+--- what had become a call). Every row costs: with no thinking below (a block
+--- appended, a fence edited under the chat's only thinking), none is
+--- evaluated. Folds the user opened stay open.
 local function refresh(buf)
   local scan = scans[buf]
+  local from = scan and scan.refresh_from or 0
   if scan then
-    scan.refresh = nil
+    scan.refresh, scan.refresh_from = nil, nil
   end
   for _, win in ipairs(vim.fn.win_findbuf(buf)) do
-    if vim.wo[win].foldexpr == M.EXPR then
+    if vim.wo[win].foldexpr == M.EXPR and thinking_below(win, from) then
       vim.api.nvim_win_call(win, function()
         vim.opt_local.foldexpr = M.EXPR
       end)
@@ -227,11 +239,16 @@ local function scan_of(buf)
       if not s then
         return true -- no longer followed: detach
       end
-      if not s.refresh and pairs_anew(b, s, first, last_old, last_new) then
-        s.refresh = true
-        vim.schedule(function()
-          refresh(b)
-        end)
+      if pairs_anew(b, s, first, last_old, last_new) then
+        -- the thinking that matters is below the edit: its own rows Neovim
+        -- evaluates (a reply streaming its thinking costs no refresh)
+        s.refresh_from = math.min(s.refresh_from or last_new, last_new)
+        if not s.refresh then
+          s.refresh = true
+          vim.schedule(function()
+            refresh(b)
+          end)
+        end
       end
       s.dirty = math.min(s.dirty or first, first)
     end,
