@@ -394,17 +394,32 @@ function M.masked(raws, keys, done)
   if not host.running() then
     return done(nil)
   end
+  -- each stream's lines as one string (false: none): one string crosses the
+  -- channel for a fraction of what thousands of short ones cost
+  local texts = {}
+  for i, lines in ipairs(raws) do
+    texts[i] = #lines > 0 and table.concat(lines, "\n")
+  end
   asked_seq = asked_seq + 1
-  asked[asked_seq] = done
-  host.notify("mask_output", asked_seq, raws, keys or {})
+  asked[asked_seq] = function(safe, ends)
+    if not safe then
+      return done(nil)
+    end
+    local out = {}
+    for i, text in ipairs(safe) do
+      out[i] = type(text) == "string" and vim.split(text, "\n", { plain = true }) or {}
+    end
+    done(out, ends)
+  end
+  host.notify("mask_output", asked_seq, texts, keys or {})
 end
 
 handlers.masked = function(ev)
   local done = asked[ev.seq]
   asked[ev.seq] = nil
   if done then
-    local raws = ev.raws ~= vim.NIL and ev.raws or nil
-    done(raws, raws and ev.keys ~= vim.NIL and ev.keys or nil)
+    local texts = ev.raws ~= vim.NIL and ev.raws or nil
+    done(texts, texts and ev.keys ~= vim.NIL and ev.keys or nil)
   end
 end
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import read_text, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -116,7 +116,7 @@ def test_seed_workflow_delegate_await_read_list_halt(editor):
     assert first["message"] == "Task still running. Call await_task again to continue waiting."
 
     # read new output with a filter, then list: both auto-accepted, so they chain
-    wait_for(lambda: "problem in batch 0" in log_path(editor, token).read_text())
+    wait_for(lambda: "problem in batch 0" in read_text(log_path(editor, token)))
     append(
         editor,
         assistant(
@@ -170,7 +170,9 @@ def test_seed_workflow_delegate_await_read_list_halt(editor):
     )
     run(editor, "c7")
     other = result(editor, "c7", "running")["fields"]["task"]
-    wait_for(lambda: "ready" in log_path(editor, other).read_text())
+    wait_for(
+        lambda: "ready" in read_text(log_path(editor, other))
+    )  # (the log may not be there yet)
     append(editor, assistant(call_block("halt_task", {"task": other}, "c8")))
     run(editor, "c8")
     halted = answer(result(editor, "c8", "completed"))

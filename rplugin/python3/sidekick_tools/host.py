@@ -338,8 +338,9 @@ class Host:
         }
 
     @rpc.notification
-    def rpc_mask_output(self, seq: int, raws: list[list[str]], keys: Any = None) -> Any:
-        """The output view's new raw lines, by stream, each stream's masked
+    def rpc_mask_output(self, seq: int, raws: list[Any], keys: Any = None) -> Any:
+        """The output view's new raw lines, by stream (each stream's lines as
+        one string, or false for none), each stream's masked
         (`secrets_mask.mask_stream`; `keys`: whether each ended its last piece
         inside a private key) in a worker thread, then sent back as a `masked`
         event with `seq`, and where each stream ends now."""
@@ -364,11 +365,21 @@ class Host:
         return self.calls.token_at(int(buf), int(row))
 
 
-def _masked_streams(raws: list[list[str]], keys: Any) -> tuple[list[list[str]], list[bool]]:
-    """Each stream masked, and whether it ends inside a private key."""
+def _masked_streams(texts: list[Any], keys: Any) -> tuple[list[Any], list[bool]]:
+    """Each stream's text masked (false: none), and whether it ends inside a
+    private key."""
     keys = keys if isinstance(keys, list) else []
-    done = [mask_stream(lines, i < len(keys) and keys[i] is True) for i, lines in enumerate(raws)]
-    return [lines for lines, _ in done], [inside for _, inside in done]
+    out, inside = [], []
+    for i, text in enumerate(texts):
+        in_key = i < len(keys) and keys[i] is True
+        if not isinstance(text, str):
+            out.append(False)
+            inside.append(in_key)
+            continue
+        lines, in_key = mask_stream(text.split("\n"), in_key)
+        out.append("\n".join(lines))
+        inside.append(in_key)
+    return out, inside
 
 
 def _task_filter(
