@@ -393,4 +393,15 @@ def test_a_secret_split_by_colour_codes_is_masked_in_output():
     ghp = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123"
     grep = "DB_\x1b[01;31m\x1b[KPASSWORD\x1b[m\x1b[K=hunter2hunter2"
     lines, _ = mask_stream([f"\x1b[32m{ghp}\x1b[0m", grep, "\x1b[31mred\x1b[0m plain"])
-    assert lines == ["ghp_***", "DB_PASSWORD=***", "\x1b[31mred\x1b[0m plain"]
+    assert lines == ["\x1b[32mghp_***\x1b[0m", "DB_PASSWORD=***", "\x1b[31mred\x1b[0m plain"]
+
+
+def test_a_token_whose_prefix_no_word_holds_is_masked_after_a_letter():
+    """A colour code written out in a command (`printf '\\033[32mghp_…'`) ends
+    in a letter: the token after it showed whole in the task's label."""
+    ghp = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123"
+    assert mask(f"printf '\\033[32m{ghp}\\033[0m'") == "printf '\\033[32mghp_***\\033[0m'"
+    assert mask("mxoxb-12345678-abcdef") == "mxoxb-***"
+    # `sk-` and AKIA still start outside a word only
+    assert mask("task-" + "a" * 30) == "task-" + "a" * 30
+    assert mask("XAKIAABCDEFGHIJKLMNOP") == "XAKIAABCDEFGHIJKLMNOP"

@@ -47,10 +47,16 @@ _OUTSIDE_A_WORD = rf"(?:(?<![A-Za-z0-9_\-])|{_ESCAPE})"
 # by a width (`fold`, base64 wrapping, a narrow log): each following line that
 # is nothing but a run of key characters goes with it.
 _WRAPPED = r"(?P<wrapped>(?:\r?\n[A-Za-z0-9_\-]{8,}(?=\r?\n|\Z))*)"
+# Prefixes no word holds (`ghp_`, `github_pat_`, `xoxb-`) start a token after
+# anything, a letter too: a colour code written out before one (`\033[32mghp_…`)
+# ends in one. `sk-` (`task-…`) and `AKIA` must start outside a word.
+_ANYWHERE = ("gh[pousr]_", "github_pat_", "xox[abposr]-")
 _TOKENS = re.compile(
-    _OUTSIDE_A_WORD
-    + "(?:"
-    + "|".join(f"(?P<{g}>{keep}){tail}" for (keep, tail), g in zip(_TOKEN_PATTERNS, _KEEP_GROUPS))
+    "(?:"
+    + "|".join(
+        ("" if keep in _ANYWHERE else _OUTSIDE_A_WORD) + f"(?P<{g}>{keep}){tail}"
+        for (keep, tail), g in zip(_TOKEN_PATTERNS, _KEEP_GROUPS)
+    )
     + ")"
     + _WRAPPED
 )
