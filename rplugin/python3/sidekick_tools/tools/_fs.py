@@ -72,7 +72,7 @@ def opened_inside(fd: int, folder: str) -> bool:
     if opened is None or not os.path.isabs(opened):
         return True  # no way to ask: the check made before stands
     root = os.path.realpath(folder)
-    return opened == root or opened.startswith(root.rstrip(os.sep) + os.sep)
+    return under(opened, root)
 
 
 def resolve(path: str, cwd: str) -> str:
@@ -103,9 +103,13 @@ def is_inside(path: str, cwd: str) -> bool:
         root = os.path.realpath(os.path.abspath(cwd))
     except (PathError, ValueError, OSError):
         return False
-    if target == root:
-        return True
-    return target.startswith(root.rstrip(os.sep) + os.sep)
+    return under(target, root)
+
+
+def under(path: str, folder: str) -> bool:
+    """Is `path` `folder` or in it? Both absolute and normalised: no link is
+    followed here (`is_inside` resolves them first)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 # Folders whose files a tool the user runs anyway executes: git's (its config's
@@ -129,7 +133,7 @@ def runs_code(path: str) -> bool:
     if os.path.basename(path).lower() in RUN_AT_COMMIT:
         return True
     hooks = _hooks_dir(_existing_folder(path))
-    return hooks is not None and (path == hooks or path.startswith(hooks + os.sep))
+    return hooks is not None and under(path, hooks)
 
 
 def _existing_folder(path: str) -> str:
@@ -169,7 +173,8 @@ def writes_code(path: str, cwd: str) -> str | None:
         shown, target = resolve(path, cwd), real(path, cwd)
     except (ValueError, OSError):
         return None
-    return target if runs_code(shown) or runs_code(target) else None
+    # (each look may ask git: the same path is not looked at twice)
+    return target if runs_code(shown) or (target != shown and runs_code(target)) else None
 
 
 def as_written(shown: str, cwd: str) -> str:
@@ -199,7 +204,7 @@ def too_broad(cwd: str) -> str | None:
         return "the root of the file system"
     if home == root:
         return "your home folder"
-    if home.startswith(root.rstrip(os.sep) + os.sep):
+    if under(home, root):
         return "a folder above your home folder"
     return None
 

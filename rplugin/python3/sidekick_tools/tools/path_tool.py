@@ -30,7 +30,8 @@ class PathTool:
 
     def auto_accept(self, params: dict[str, Any], ctx: ToolContext) -> bool:
         """The path really lies inside ctx.cwd (symlinks and .. resolved); a write
-        neither lands in a `.git` or `.hg` (`_fs.writes_code`) nor in a chat.
+        neither lands where tools run what it holds (`_fs.writes_code`: `.git`,
+        a hooks folder, …) nor in a chat.
         Only the tool's own condition: `policy.decide` may ask for more (a tool
         that writes must also be named in auto_accept.tools, which none is by
         default)."""

@@ -140,7 +140,7 @@ def _outside(params: Any, cwd: str) -> list[tuple[str, str]]:
 def outside_note(params: Any, cwd: str, tool_name: str = "") -> str:
     """For a consent question: where a call's ``path``, ``paths`` or ``cwd``
     really leads when that is outside ``cwd``, or where a write lands when a
-    link leads it into a `.git` or `.hg` (`hidden_code`), else ""."""
+    link leads it into a folder whose files tools run (`hidden_code`), else ""."""
     out = [real for _, real in _outside(params, cwd)]
     note = f" [outside the working directory: {', '.join(out)}]" if out else ""
     code = [real for _, real in hidden_code(tool_name, params, cwd)]
@@ -151,9 +151,10 @@ CODE_WORDS = "in a folder whose files git or Mercurial run"
 
 
 def hidden_code(tool_name: str, params: Any, cwd: str) -> list[tuple[str, str]]:
-    """A write's ``path`` that reads as no `.git` or `.hg` but lands in one
-    through a link in the project (`settings.cfg` -> `.git/config`: the next
-    `git status` runs what the write put there), with where it lands."""
+    """A write's ``path`` that reads as no place whose files tools run
+    (`_fs.runs_code`: `.git`, a hooks folder, …) but lands in one through a
+    link in the project (`settings.cfg` -> `.git/config`: the next `git
+    status` runs what the write put there), with where it lands."""
     from . import REGISTRY  # late: the registry imports every tool
 
     if not getattr(REGISTRY.get(tool_name), "writes", False) or not isinstance(params, dict):
@@ -161,8 +162,12 @@ def hidden_code(tool_name: str, params: Any, cwd: str) -> list[tuple[str, str]]:
     path = params.get("path")
     if not isinstance(path, str) or not path:
         return []
-    target = _fs.writes_code(path, cwd)
-    if target is None or _fs.runs_code(_fs.resolve(path, cwd)):
+    try:
+        shown, target = _fs.resolve(path, cwd), _fs.real(path, cwd)
+    except (ValueError, OSError):
+        return []
+    # (each look may ask git: written so, it is said already, and not looked at again)
+    if target == shown or _fs.runs_code(shown) or not _fs.runs_code(target):
         return []
     return [(path, target)]
 
@@ -180,6 +185,6 @@ def hidden_outside(params: Any, cwd: str) -> list[tuple[str, str]]:
             shown = _fs.resolve(path, cwd)
         except ValueError:  # a PathError: no file at all
             return False
-        return shown == root or shown.startswith(root.rstrip(os.sep) + os.sep)
+        return _fs.under(shown, root)
 
     return [(path, real) for path, real in _outside(params, cwd) if reads_inside(path)]
