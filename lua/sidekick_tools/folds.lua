@@ -80,6 +80,40 @@ local function rewind(scan, row)
   scan.scanned = row
 end
 
+-- first bytes of the role markers (ROLES' keys)
+local MAY_START =
+  { [string.byte("S")] = true, [string.byte("U")] = true, [string.byte("A")] = true }
+
+-- first bytes of the role markers (ROLES' keys)
+local MAY_START =
+  { [string.byte("S")] = true, [string.byte("U")] = true, [string.byte("A")] = true }
+
+--- Move `st` ({ len, thinking, role }: where `line` stands) to where the row
+--- after `line` stands, and say what `line` did: "open", "close", "role" or
+--- nil. The one statement of which lines open and close fences and start
+--- messages (scan_to, pairs_anew).
+local function step(st, line)
+  if line:byte(1) == BACKTICK then
+    local n = backticks(line)
+    if st.len > 0 then
+      if n >= st.len and line:sub(n + 1):match(constants.closer_rest) then
+        st.len, st.thinking = 0, false
+        return "close"
+      end
+    elseif n >= 3 and not line:find("`", n + 1, true) then
+      local word = line:sub(n + 1):match("^%s*(%S+)")
+      st.len, st.thinking = n, word == "thinking" and st.role == "ASSISTANT"
+      return "open"
+    end
+  elseif st.len == 0 then
+    local r = role_of(line)
+    if r then
+      st.role = r
+      return "role"
+    end
+  end
+end
+
 --- Scan `buf` up to and including row `upto` (0-based).
 local function scan_to(buf, scan, upto)
   if scan.scanned > upto then
@@ -89,32 +123,29 @@ local function scan_to(buf, scan, upto)
   local fences, roles = scan.fences, scan.roles
   local last = fences[#fences]
   local open = last and last.close == nil and last or nil
-  local role = roles[#roles] and roles[#roles].role
+  local st = {
+    len = open and open.len or 0,
+    thinking = open and open.thinking or false,
+    role = roles[#roles] and roles[#roles].role,
+  }
   while scan.scanned <= upto and scan.scanned < total do
     local from = scan.scanned
     local to = math.min(total, math.max(upto + 1, from + CHUNK))
     local lines = vim.api.nvim_buf_get_lines(buf, from, to, false)
     for i, line in ipairs(lines) do
-      local row = from + i - 1
-      if line:byte(1) == BACKTICK then
-        local n = backticks(line)
-        if open then
-          if n >= open.len and line:sub(n + 1):match(constants.closer_rest) then
-            open.close = row
-            open = nil
-          end
-        elseif n >= 3 and not line:find("`", n + 1, true) then
-          local info = line:sub(n + 1)
-          local word = info:match("^%s*(%S+)")
-          open = { open = row, len = n, thinking = word == "thinking" and role == "ASSISTANT" }
-          table.insert(fences, open)
-        end
-      elseif not open then
-        local r = role_of(line)
-        if r then
-          role = r
-          table.insert(roles, { row = row, role = r })
-        end
+      -- most lines can change nothing: only a backtick, or a role's letter
+      -- outside a fence, is worth a call (a whole chat is scanned after an
+      -- edit at its top)
+      local b = line:byte(1)
+      local did = (b == BACKTICK or (st.len == 0 and MAY_START[b])) and step(st, line)
+      if did == "open" then
+        open = { open = from + i - 1, len = st.len, thinking = st.thinking }
+        table.insert(fences, open)
+      elseif did == "close" then
+        open.close = from + i - 1
+        open = nil
+      elseif did == "role" then
+        table.insert(roles, { row = from + i - 1, role = st.role })
       end
     end
     scan.scanned = from + #lines
@@ -147,27 +178,6 @@ local function state_at(scan, row)
   }
 end
 
---- `st` after `line`, by scan_to's rules.
-local function step(st, line)
-  if line:byte(1) == BACKTICK then
-    local n = backticks(line)
-    if st.len > 0 then
-      if n >= st.len and line:sub(n + 1):match(constants.closer_rest) then
-        return { len = 0, thinking = false, role = st.role }
-      end
-    elseif n >= 3 and not line:find("`", n + 1, true) then
-      local word = line:sub(n + 1):match("^%s*(%S+)")
-      return { len = n, thinking = word == "thinking" and st.role == "ASSISTANT", role = st.role }
-    end
-  elseif st.len == 0 then
-    local r = role_of(line)
-    if r then
-      return { len = 0, thinking = false, role = r }
-    end
-  end
-  return st
-end
-
 --- Did an edit of rows [first, last_old) (now [first, last_new)) leave the rows
 --- below it standing elsewhere (in another fence, or none, or another role)?
 --- Then the fences below pair anew, and Neovim, which evaluates 'foldexpr'
@@ -183,7 +193,7 @@ local function pairs_anew(buf, scan, first, last_old, last_new)
   local before = state_at(scan, last_old)
   local st = state_at(scan, first)
   for _, line in ipairs(vim.api.nvim_buf_get_lines(buf, first, last_new, false)) do
-    st = step(st, line)
+    step(st, line)
   end
   return st.len ~= before.len or st.thinking ~= before.thinking or st.role ~= before.role
 end
