@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote
 
+from .text import clean
+
 REPLACEMENT = "***"
 
 # Each pattern: what stays visible in front of REPLACEMENT, then the secret's tail.
@@ -425,8 +427,6 @@ def mask_stream(lines: list[str], in_key: bool = False) -> tuple[list[str], bool
     the piece before this one did (its body lines are masked to its END line).
     A line whose secret colour codes split (`grep --color`: `PASSWORD\\e[m=…`)
     is masked without them, shown as plain text."""
-    from .text import clean
-
     head: list[str] = []
     while in_key and len(head) < len(lines):
         masked, in_key = key_body(lines[len(head)])

@@ -231,6 +231,15 @@ def is_closer(line: str, fence_len: int) -> bool:
     return line.startswith("`" * fence_len) and not line.lstrip("`").strip(FENCE_BLANKS)
 
 
+def opener(line: str) -> int:
+    """The backticks of the fence `line` opens (0: none): three or more at
+    column 0, an info string free of backticks (CommonMark)."""
+    if not line.startswith(_FENCE):
+        return 0
+    info = line.lstrip("`")
+    return 0 if "`" in info else len(line) - len(info)
+
+
 def find_closer(text: str, fence_len: int, start: int) -> tuple[int, int]:
     """Where the fence of ``fence_len`` backticks closes in ``text`` (rows joined,
     each after its "\n"), looking from offset ``start``: the offsets of the "\n"

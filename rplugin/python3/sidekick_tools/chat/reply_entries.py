@@ -15,7 +15,7 @@ from typing import Any, Union
 
 from ..text import loads_json
 from .call_body import MAX_JSON_DEPTH, json_depth
-from .parser import MARKERS, is_closer
+from .parser import MARKERS, is_closer, opener
 from .render import fence_for, new_call_id
 
 _UNSAFE_TOKEN = re.compile(r"[\s`]+")
@@ -63,7 +63,7 @@ def shape_line(line: str, fence: int) -> tuple[str, int]:
         # comes as thinking, never as text shaped like such a block
         if info.split()[:1] in (["sidekick"], ["tool"], ["result"], ["thinking"]):
             return " " + line, 0
-        return line, (0 if "`" in info else len(line) - len(info))
+        return line, opener(line)
     if line.startswith(MARKERS):
         return " " + line, 0
     return line, 0

@@ -22,7 +22,7 @@ from ..secrets_mask import (
     mask_literals,
 )
 from .blocks import Block, Delta
-from .parser import is_closer
+from .parser import is_closer, opener
 from .reply import MARKER, ReplyBuilder, deltas_of
 
 
@@ -148,9 +148,7 @@ def _mask_prose_line(
     masked = mask_keys(line, secrets) if fence else mask(line, secrets).replace("\n", " ")
     if fence:
         return masked, ((0 if is_closer(line, fence) else fence), False)
-    if line.startswith("```") and "`" not in line.lstrip("`"):
-        fence = len(line) - len(line.lstrip("`"))
-    return masked, (fence, False)
+    return masked, (opener(line), False)
 
 
 def mask_reply_text(text: str) -> str:
