@@ -1,6 +1,7 @@
 -- What the host calls in the editor, and nothing else: a buffer's snapshot,
 -- edits applied at a known changedtick, the rows of call marks, the user's
--- policy function, a provider's API key from a Lua function, a streaming
+-- policy function, the buffers with unsaved changes to a file a tool is
+-- about to write, a provider's API key from a Lua function, a streaming
 -- reply's region, and the entry of its batched events (handed to the client).
 -- Python decides every edit from a snapshot at a known changedtick; `apply`
 -- applies it only if the buffer's text is still at that tick, so nothing the
@@ -124,6 +125,9 @@ function M.policy(tool, params, ctx)
   end
   return vim.NIL
 end
+
+--- The buffers holding unsaved changes to file `path`, before a tool writes it.
+M.unsaved = require("sidekick_tools.files").unsaved
 
 --- The API key a Lua function in `chat.providers.<name>.api_key` gives (the host
 --- asks when it sends; the key is never stored).

@@ -135,6 +135,11 @@ function handlers.scan(ev)
   changed(ev.buf, ev.rewritten == true)
 end
 
+-- a tool wrote a file: the buffers showing it read it again
+function handlers.written(ev)
+  require("sidekick_tools.files").reload(ev.path)
+end
+
 function handlers.task(ev)
   M.clean(ev.task)
   emit("task", ev)

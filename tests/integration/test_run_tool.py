@@ -354,3 +354,66 @@ def test_a_call_whose_text_changed_while_the_question_was_open_is_not_run(editor
     assert "```result" not in editor.text()
     assert not (editor.workdir / "other.txt").exists()
     assert not (editor.workdir / "asked.txt").exists()
+
+
+def open_file(editor, path, lines=None) -> int:
+    """`path` in a buffer of its own (typed into when `lines` is given); the chat stays current."""
+    chat_buf = editor.nvim.current.buffer.number
+    editor.nvim.command(f"badd {path}")
+    buf = int(editor.lua("return vim.fn.bufnr(...)", str(path)))
+    editor.lua("vim.fn.bufload(...)", buf)
+    if lines is not None:
+        editor.lua("vim.api.nvim_buf_set_lines(..., 0, -1, false, select(2, ...))", buf, lines)
+    assert editor.nvim.current.buffer.number == chat_buf
+    return buf
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        {"tool": "write_file", "params": {"path": "notes.txt", "content": "by the tool\n"}},
+        {
+            "tool": "replace_in_file",
+            "params": {"path": "link.txt", "old": "on disk", "new": "by the tool"},
+        },
+    ],
+)
+def test_a_file_with_unsaved_changes_in_neovim_is_not_written(editor, call):
+    """Neither the user's unsaved edits nor the tool's are lost: the call fails,
+    saying so, and writes nothing; saved, the call runs again and writes it."""
+    editor.setup()
+    notes = editor.workdir / "notes.txt"
+    notes.write_text("on disk\n")
+    (editor.workdir / "link.txt").symlink_to("notes.txt")  # the same file by another name
+    buf = open_file(editor, notes, ["on disk, and typed"])
+    editor.open_chat(chat(call_block(call["tool"], call["params"], "w1")))
+    editor.run_tool(5)
+    text = editor.wait_text("```result id=w1 status=failed")
+    assert f"has unsaved changes in Neovim (buffer {buf}); nothing was written" in text
+    assert notes.read_text() == "on disk\n"
+    assert editor.lines(buf) == ["on disk, and typed"]
+    editor.wait_diag(4, "✗ " + call["tool"])
+    # saved (the typed line is kept), the same call runs again and writes
+    editor.lua("vim.api.nvim_buf_call(..., function() vim.cmd('silent write') end)", buf)
+    editor.lua("vim.api.nvim_buf_set_lines(0, 7, -1, false, {})")  # its result removed
+    editor.run_tool(5)
+    editor.wait_text("```result id=w1 status=completed")
+    assert "by the tool" in notes.read_text()
+
+
+def test_a_buffer_showing_a_file_a_tool_wrote_reads_it_again(editor):
+    """With no changes of its own, it shows what the tool wrote at once (not at the
+    next :checktime), and `u` in it takes the tool's change back."""
+    editor.setup()
+    notes = editor.workdir / "notes.txt"
+    notes.write_text("one\ntwo\n")
+    buf = open_file(editor, notes)
+    editor.open_chat(
+        chat(call_block("replace_in_file", {"path": "notes.txt", "old": "two", "new": "2"}, "r1"))
+    )
+    editor.run_tool(5)
+    editor.wait_text("```result id=r1 status=completed")
+    wait_for(lambda: editor.lines(buf) == ["one", "2"])
+    assert editor.lua("return vim.bo[...].modified", buf) is False
+    editor.lua("vim.api.nvim_buf_call(..., function() vim.cmd('silent undo') end)", buf)
+    assert editor.lines(buf) == ["one", "two"]

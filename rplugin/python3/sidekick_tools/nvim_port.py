@@ -267,6 +267,15 @@ class NvimPort:
             "return require('sidekick_tools.bridge').policy(...)", tool, params, ctx
         )
 
+    async def unsaved(self, path: str) -> list[int]:
+        """The buffers holding unsaved changes to file `path` (a real path)."""
+        bufs = await self.lua("return require('sidekick_tools.bridge').unsaved(...)", path)
+        return [int(b) for b in bufs] if isinstance(bufs, list) else []
+
+    def written(self, path: str) -> None:
+        """A tool wrote file `path`: the buffers showing it read it again."""
+        self.emit({"type": "written", "path": path})
+
     async def lua_api_key(self, provider: str) -> str | bool | None:
         """An API key a Lua function in the user's config gives (never logged);
         False when the function raised an error, None when it gave no key."""

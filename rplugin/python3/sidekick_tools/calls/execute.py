@@ -113,6 +113,17 @@ def asked(command: str, agent: str, message: str, agents: Any) -> bool:
     return len(" ".join(message.split())) <= LABEL_CHARS
 
 
+def unsaved_changes(path: str, bufs: list[int]) -> ToolResult:
+    """The answer to a write of a file that Neovim holds unsaved changes to:
+    written, it would lose the user's changes or theirs the tool's."""
+    which = f"buffer {bufs[0]}" if len(bufs) == 1 else "buffers " + ", ".join(map(str, bufs))
+    return ToolResult.fail(
+        f"{path}: has unsaved changes in Neovim ({which}); nothing was written, so that "
+        "neither those changes nor this edit is lost. Save or discard them (:w or :e!), "
+        "then run the call again."
+    )
+
+
 def denied(reason: str, by: str = "policy") -> ToolResult:
     return ToolResult(status="denied", body=reason, fields={"reason": by})
 
@@ -188,20 +199,35 @@ class CallExecutor:
             explicit = await judge(call.tool, call.params or {}, ctx, answer) != "approve"
         ctx.auto = not explicit  # approved by the policy, not run by the user's hand
         started = time.monotonic()
-        try:
-            result = await tool.run(call.params or {}, ctx)
-        except Exception as exc:  # a tool bug must not take the host down
-            log.exception("tool %s failed on call %s", call.tool, tracked.call_id)
-            result = ToolResult(
-                status="failed",
-                body=f"Internal error in {call.tool}: {exc!r} (details in the host log)",
-                fields={},
-            )
+        result = await self._work(tool, call, ctx, tracked)
         if "duration" not in result.fields and call.tool != "run_terminal_command":
             result.fields["duration"] = round(time.monotonic() - started, 2)
         if result.status == "running":
             token = str(result.fields.get("task") or tracked.token or "") or None
             self.ctx.registry.bind(tracked, token)
+        return result
+
+    async def _work(
+        self, tool: Any, call: ToolCall, ctx: ToolContext, tracked: Tracked
+    ) -> ToolResult:
+        """The tool's run. A file the call writes is not written while Neovim
+        holds unsaved changes to it; once written, its buffers read it again."""
+        params = call.params or {}
+        written = tools.written_file(call.tool, params, ctx.cwd)
+        held = await self.ctx.port.unsaved(written) if written is not None else []
+        if held:
+            return unsaved_changes(str(params.get("path")), held)
+        try:
+            result = await tool.run(params, ctx)
+        except Exception as exc:  # a tool bug must not take the host down
+            log.exception("tool %s failed on call %s", call.tool, tracked.call_id)
+            return ToolResult(
+                status="failed",
+                body=f"Internal error in {call.tool}: {exc!r} (details in the host log)",
+                fields={},
+            )
+        if written is not None and result.status == "completed":
+            self.ctx.port.written(written)
         return result
 
     def earlier_result(self, tracked: Tracked, chat: str, call: ToolCall) -> ToolResult | None:

@@ -81,6 +81,14 @@ def setup_problem(name: str, params: Any, config: Any) -> str | None:
     return check(params, config) if check is not None and isinstance(params, dict) else None
 
 
+def written_file(name: str, params: Any, cwd: str) -> str | None:
+    """The file a call of a tool that writes one would write, as a real path
+    (links resolved): the editor is asked about its buffers of it first. None
+    for a tool that writes no file, or a path the tool refuses anyway."""
+    target = getattr(REGISTRY.get(name), "written_file", None)
+    return target(params, cwd) if target is not None and isinstance(params, dict) else None
+
+
 def result_from_task(tool_name: str, task: Any) -> ToolResult:
     """The final result of a call whose task ended in the background.
 
@@ -104,4 +112,5 @@ __all__ = [
     "setup_problem",
     "specs",
     "validate",
+    "written_file",
 ]

@@ -40,6 +40,17 @@ class PathTool:
             return False
         return not self.writes or not (_fs.writes_code(path, ctx.cwd) or _a_chat(path, ctx))
 
+    def written_file(self, params: dict[str, Any], cwd: str) -> str | None:
+        """The real path a tool that writes its path would write (see
+        `tools.written_file`)."""
+        path = params.get("path")
+        if not self.writes or not isinstance(path, str) or not path:
+            return None
+        try:
+            return _fs.real(path, cwd)
+        except (ValueError, OSError):
+            return None
+
     async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
         err = validate(self.schema, params)
         if err:
