@@ -664,3 +664,25 @@ def test_a_listing_run_unasked_is_judged_by_the_folder_it_opened(root, ctx):
     assert asyncio.run(LIST.run({"path": "link"}, ctx)).body == "secret.txt"
     (root / "src" / "to_a").symlink_to("a.py")  # a link in a listing shows its target
     assert asyncio.run(LIST.run({"path": "src"}, ctx)).body == "a.py\nto_a -> a.py"
+
+
+def test_the_file_a_call_writes_is_named_by_its_real_path(root, tmp_path):
+    """What the editor is asked about before a write (buffers with unsaved
+    changes to it): links resolved, a file not there yet by its folder's real
+    path; nothing for a tool that writes no file or a path no tool takes."""
+    from sidekick_tools import tools
+
+    os.symlink("src/a.py", root / "link.py")
+    cwd = str(root)
+    real = os.path.realpath(root / "src" / "a.py")
+    assert tools.written_file("write_file", {"path": "link.py", "content": ""}, cwd) == real
+    assert tools.written_file("replace_in_file", {"path": "src/../link.py"}, cwd) == real
+    assert tools.written_file("write_file", {"path": "new/b.txt"}, cwd) == os.path.join(
+        os.path.realpath(root), "new", "b.txt"
+    )
+    assert tools.written_file("read_files", {"paths": ["link.py"]}, cwd) is None
+    assert tools.written_file("list_directory", {"path": "src"}, cwd) is None
+    assert tools.written_file("write_file", {"path": "a\x00b"}, cwd) is None
+    assert tools.written_file("write_file", {"path": 5}, cwd) is None
+    assert tools.written_file("write_file", ["not", "a", "table"], cwd) is None
+    assert tools.written_file("no_such_tool", {"path": "x"}, cwd) is None
