@@ -80,6 +80,68 @@ function M.of_buffer(buf)
   return chat_options().model, "chat.model"
 end
 
+-- A provider on this machine (loopback) that a chat's front matter names in
+-- place of chat.model's is asked about before the chat's first send: whatever
+-- program listens on that port gets the conversation and answers as the model
+-- (a chat file from someone else, and another user of the machine who took
+-- the port while the user's own server is not running). Once a buffer: what
+-- the user said yes to, or chose by :SidekickModel, is not asked again.
+local chosen = {} ---@type table<integer, table<string, boolean>>
+
+local function provider_of(spec)
+  return type(spec) == "string" and spec:match("^([^/]+)/") or nil
+end
+
+--- Does `url` lead to this machine (localhost, 127.0.0.0/8, ::1, 0.0.0.0)?
+---@param url string
+function M.on_this_machine(url)
+  local rest = url:match("^%a[%w+.-]*://(.*)$")
+  if not rest then
+    return false
+  end
+  rest = rest:gsub("^[^/@]*@", "") -- user:password@
+  local host = rest:match("^%[([^%]]*)%]") or rest:match("^([^/:?#]*)")
+  host = (host or ""):lower():gsub("%.$", "")
+  return host == "localhost"
+    or host:match("%.localhost$") ~= nil
+    or host:match("^127%.%d+%.%d+%.%d+$") ~= nil
+    or host == "0.0.0.0"
+    or host == "::1"
+    or host == "0:0:0:0:0:0:0:1"
+    or host == "::"
+end
+
+--- The question to ask before sending chat `buf`, or nil: its front matter
+--- names a provider on this machine that chat.model does not.
+---@param buf integer
+---@return string|nil question, string|nil provider
+function M.send_question(buf)
+  local spec, source = M.of_buffer(buf)
+  local provider = provider_of(spec)
+  if source ~= "front matter" or not provider or provider == provider_of(chat_options().model) then
+    return nil
+  end
+  local settings = (chat_options().providers or {})[provider]
+  local url = type(settings) == "table" and settings.base_url
+  if type(url) ~= "string" or not M.on_this_machine(url) or (chosen[buf] or {})[provider] then
+    return nil
+  end
+  return string.format(
+    "This chat's front matter sends it to %s (%s), a server on this machine, not to "
+      .. "chat.model's provider. Whatever program listens there gets the conversation "
+      .. "and answers as the model. Send it there?",
+    spec,
+    url
+  ),
+    provider
+end
+
+--- The user chose `provider` for chat `buf` (said yes, or :SidekickModel).
+function M.choose(buf, provider)
+  chosen[buf] = chosen[buf] or {}
+  chosen[buf][provider] = true
+end
+
 local NOT_A_CHAT = "sidekick_tools: this buffer is not a chat (a *.sidekick.md file)"
 
 --- Show the model of chat `buf`; of another buffer: that it is no chat, and
@@ -123,6 +185,7 @@ function M.set(buf, spec)
     error(problem, 0)
   end
   front_matter.set(buf, "model", spec)
+  M.choose(buf, provider_of(spec))
   vim.notify("sidekick_tools: this chat now uses " .. spec, vim.log.levels.INFO)
 end
 

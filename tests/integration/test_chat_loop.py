@@ -1335,3 +1335,82 @@ def test_send_gives_a_call_that_ran_unseen_its_tasks_result_not_not_run(editor, 
     assert once.read_text() == "x"  # not run again either
     sent = json.dumps(messages(fake.requests[0]))
     assert "finished" in sent and "Not run" not in sent
+
+
+def test_a_front_matter_naming_a_server_on_this_machine_is_asked_about(editor, fake, kind):
+    """A chat file from someone else whose front matter picks a provider on this
+    machine (the default `ollama`, on loopback) in place of chat.model's: whatever
+    listens on that port would get the conversation, and be the model. The first
+    send asks; no answer (no UI to ask on) sends nothing; yes sends, and is not
+    asked again; :SidekickModel's choice is the user's, as is chat.model's."""
+    from tests.integration.ui_screen import Screen
+
+    url = fake.anthropic_url if kind == "anthropic" else fake.openai_url
+    other = {"kind": kind, "base_url": url, "api_key": "env:FAKE_KEY"}
+    fake.push(reply("from the other"), reply("again"), reply("chosen"), reply("own"))
+    setup(editor, fake, kind, providers={"fake": other, "other": other, "more": other})
+    editor.open_chat("---\nmodel: other/m\n---\nUSER: hi\n")
+    got = editor.lua("return { require('sidekick_tools').send() }")
+    assert got[0] is None and got[1] == "sidekick_tools: the chat was not sent"
+    assert fake.requests == []
+    screen = Screen(editor)
+    editor.nvim.input(":SidekickSend\r")
+    dialog = screen.dialog(1)
+    assert "front matter sends it to other/m (" + url + "), a server on this machine" in dialog
+    editor.nvim.input("s")
+    wait_replies(editor, 1)
+    assert fake.requests[0].json["model"] == "m"
+    editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, { 'USER: more' })")
+    send(editor)  # said yes once for this chat: not asked again
+    wait_replies(editor, 2)
+    assert len(screen.shown("confirm")) == 1
+    # chosen by the user: :SidekickModel
+    editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, { 'USER: more' })")
+    editor.nvim.command("SidekickModel more/x")
+    send(editor)
+    wait_replies(editor, 3)
+    assert fake.requests[2].json["model"] == "x"
+    # chat.model's own provider is the user's choice: never asked
+    editor.open_chat("---\nmodel: fake/own\n---\nUSER: hi\n", name="mine.sidekick.md")
+    send(editor)
+    wait_for(lambda: len(fake.requests) == 4)
+    assert len(screen.shown("confirm")) == 1
+
+
+def test_send_asks_nothing_with_confirm_false(editor, fake, kind):
+    url = fake.anthropic_url if kind == "anthropic" else fake.openai_url
+    other = {"kind": kind, "base_url": url, "api_key": "env:FAKE_KEY"}
+    fake.push(reply("sent"))
+    setup(editor, fake, kind, providers={"fake": other, "other": other})
+    editor.open_chat("---\nmodel: other/m\n---\nUSER: hi\n")
+    got = editor.lua("return { require('sidekick_tools').send(0, { confirm = false }) }")
+    assert got[0]["model"] == "other/m"
+    wait_replies(editor, 1)
+    assert fake.requests[0].json["model"] == "m"
+
+
+def test_which_urls_lead_to_this_machine(editor):
+    here = [
+        "http://localhost:11434/v1",
+        "http://127.0.0.2:8/",
+        "http://[::1]:8080/v1",
+        "http://user:pw@127.0.0.1/",
+        "HTTP://LOCALHOST./",
+        "http://models.localhost/",
+        "http://0.0.0.0:1",
+    ]
+    elsewhere = [
+        "https://api.openai.com/v1",
+        "http://127.0.0.1.example.com/",
+        "http://localhost.example.com:80/",
+        "http://10.0.0.1/",
+        "http://example.com/?u=http://localhost/",
+        "http://127.0.0.1@example.com/",
+        "localhost:1234",
+    ]
+    got = editor.lua(
+        "local m = require('sidekick_tools.models') local out = {}"
+        " for _, u in ipairs(...) do out[#out + 1] = m.on_this_machine(u) end return out",
+        here + elsewhere,
+    )
+    assert got == [True] * len(here) + [False] * len(elsewhere)
