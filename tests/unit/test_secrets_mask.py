@@ -17,6 +17,12 @@ SECRETS = [
     ("AKIAIOSFODNN7EXAMPLE", "AKIA***"),
     ("xoxb-123456789012-abcdefABCDEF", "xoxb-***"),
     ("xoxp-1234-5678-90ab", "xoxp-***"),
+    ("sk_live_51Habcdefghijklmnopqrstuvwxyz0123", "sk_live_***"),
+    ("rk_test_4eC39HqLyjWDarjtT1zdp7dc", "rk_test_***"),
+    ("glpat-AbCdEf0123456789_xyz-", "glpat-***"),
+    ("hf_AbCdEf0123456789abcdefghijklmnop", "hf_***"),
+    ("npm_AbCdEf0123456789abcdefghijklmnopqrst", "npm_***"),
+    ("AIzaSyA1234567890abcdefghijklmnopqrstuv", "AIza***"),
 ]
 
 
@@ -48,11 +54,21 @@ def test_key_formats_keep_their_prefix(secret, masked):
         "tokens.filter(token => token.key.indexOf(id) === 0)",  # an arrow function
         "kind = useOauth ? 'token' : 'password'",  # a ternary, no field
         "if password == other_password:",
+        "bypass=1 compass: north\nbypass: true\nsurpass = 5",  # `pass` is a word of its own
+        '{"bypass": "on"}',
+        "task_test_abcdefghijklmnopqrstuvwxyz disk_live_abcdefghijklmnopqrst",
+        "sk_live_short hf_short npm_short",
         "",
     ],
 )
 def test_ordinary_text_is_untouched(text):
     assert mask(text) == text
+
+
+def test_a_pass_name_is_a_password():
+    assert mask("DB_PASS=hunter2") == f"DB_PASS={REPLACEMENT}"
+    assert mask("pass: hunter2") == f"pass: {REPLACEMENT}"
+    assert mask('{"pass": "x"}') == f'{{"pass": "{REPLACEMENT}"}}'
 
 
 def test_assignments_mask_the_value_only():

@@ -36,6 +36,13 @@ _TOKEN_PATTERNS = (
     (r"github_pat_", r"[A-Za-z0-9_]{20,}"),
     (r"(?:AKIA|ASIA)", r"[0-9A-Z]{16}"),
     (r"xox[abposr]-", r"[A-Za-z0-9\-]{8,}"),
+    # Stripe's secret and restricted keys, GitLab's, Hugging Face's and npm's
+    # access tokens, Google's API keys
+    (r"[sr]k_(?:live|test)_", r"[A-Za-z0-9]{16,}"),
+    (r"glpat-", r"[A-Za-z0-9_\-]{20,}"),
+    (r"hf_", r"[A-Za-z0-9]{30,}"),
+    (r"npm_", r"[A-Za-z0-9]{36}"),
+    (r"AIza", r"[0-9A-Za-z_\-]{35}"),
 )
 _KEEP_GROUPS = [f"keep{i}" for i in range(len(_TOKEN_PATTERNS))]
 # Where a secret may start: not inside a word, or right after an escaped line
@@ -49,10 +56,11 @@ _OUTSIDE_A_WORD = rf"(?:(?<![A-Za-z0-9_\-])|{_ESCAPE})"
 # by a width (`fold`, base64 wrapping, a narrow log): each following line that
 # is nothing but a run of key characters goes with it.
 _WRAPPED = r"(?P<wrapped>(?:\r?\n[A-Za-z0-9_\-]{8,}(?=\r?\n|\Z))*)"
-# Prefixes no word holds (`ghp_`, `github_pat_`, `xoxb-`) start a token after
-# anything, a letter too: a colour code written out before one (`\033[32mghp_…`)
-# ends in one. `sk-` (`task-…`) and `AKIA` must start outside a word.
-_ANYWHERE = ("gh[pousr]_", "github_pat_", "xox[abposr]-")
+# Prefixes no word holds (`ghp_`, `github_pat_`, `xoxb-`, `glpat-`) start a
+# token after anything, a letter too: a colour code written out before one
+# (`\033[32mghp_…`) ends in one. The others (`sk-` in `task-…`) must start
+# outside a word.
+_ANYWHERE = ("gh[pousr]_", "github_pat_", "xox[abposr]-", "glpat-")
 _TOKENS = re.compile(
     "(?:"
     + "|".join(
@@ -99,8 +107,12 @@ _PEM_BODY_REVERSED = re.compile(
 )
 
 # Names whose value is a secret: a name ending so (DB_PASSWORD, GITHUB_TOKEN,
-# AWS_SECRET_ACCESS_KEY, private_key); `max_tokens` or `token_count` do not.
-_NAME = r"(?:password|passwd|token|secret|api_?key|secret_?(?:access_?)?key|private_?key)"
+# AWS_SECRET_ACCESS_KEY, private_key, DB_PASS); `max_tokens` or `token_count`
+# do not, nor does `bypass` or `compass` (`pass` is a word of its own).
+_NAME = (
+    r"(?:password|passwd|(?<![a-z])pass|token|secret|api_?key"
+    r"|secret_?(?:access_?)?key|private_?key)"
+)
 
 # key=value assignments; quoted values keep their quotes; a bare value stops at
 # a backslash, so masking JSON text (an escaped quote) keeps it valid JSON, and
