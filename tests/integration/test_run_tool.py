@@ -417,3 +417,21 @@ def test_a_buffer_showing_a_file_a_tool_wrote_reads_it_again(editor):
     assert editor.lua("return vim.bo[...].modified", buf) is False
     editor.lua("vim.api.nvim_buf_call(..., function() vim.cmd('silent undo') end)", buf)
     assert editor.lines(buf) == ["one", "two"]
+
+
+def test_a_file_read_shows_code_that_names_secrets_as_it_is(editor):
+    """What the model reads of a source file is what the file holds (its
+    replace_in_file must match it); a secret's literal in it is still masked."""
+    editor.setup()
+    source = (
+        "class Settings:\n"
+        "    api_key: Optional[str] = None\n"
+        "    token = os.environ['TOKEN']\n"
+        "    password = 'hunter2'\n"
+    )
+    (editor.workdir / "settings.py").write_text(source)
+    editor.open_chat(chat(call_block("read_files", {"paths": ["settings.py"]}, "r1")))
+    editor.run_tool(5)
+    text = editor.wait_text("```result id=r1 status=completed")
+    assert "    api_key: Optional[str] = None\n    token = os.environ['TOKEN']\n" in text
+    assert "    password = '***'" in text and "hunter2" not in text

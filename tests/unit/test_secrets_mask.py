@@ -421,3 +421,58 @@ def test_a_token_whose_prefix_no_word_holds_is_masked_after_a_letter():
     # `sk-` and AKIA still start outside a word only
     assert mask("task-" + "a" * 30) == "task-" + "a" * 30
     assert mask("XAKIAABCDEFGHIJKLMNOP") == "XAKIAABCDEFGHIJKLMNOP"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "    password: str",
+        "    api_key: Optional[str] = None",
+        "    token: str | None = None",
+        "  apiKey: string;",
+        "password: true",
+        "secret: null",
+        "token = os.environ['GITHUB_TOKEN']",
+        'password = os.getenv("DB_PASSWORD")',
+        "token = self.token",
+        "password = getpass.getpass()",
+        "token = get_token()",
+        "token = readToken(path)",
+        "const token = await getToken();",
+        "password=None",
+        "login(user=user, password=password)",
+        "client(api_key=api_key, timeout=5)",
+        "TOKEN=$(cat ~/.token)",
+        "PASSWORD=$DB_PASSWORD",
+        'password: "${DB_PASSWORD}"',
+        "password: ${{ secrets.DB_PASSWORD }}",
+        'token = ""',
+        '{"password": "", "user": "bob"}',
+    ],
+)
+def test_code_that_names_a_secret_is_left_as_it_is(code):
+    """Source code read by a tool stays what the file holds: masked, a model
+    editing `api_key: Optional[str] = None` saw `api_key: ***`, and its
+    replace_in_file of that line could never match the file."""
+    assert mask(code) == code
+
+
+@pytest.mark.parametrize(
+    "text,masked",
+    [
+        ("password=hunter2", "password=***"),
+        ("POSTGRES_PASSWORD=password", "POSTGRES_PASSWORD=***"),  # a weak one, still one
+        ("password: new year 2024", "password: ***"),  # a word after a keyword: a passphrase
+        ("token: abc.def.ghi", "token: ***"),
+        ("password=Hunter(2)", "password=***"),
+        ("password=$ecret", "password=***"),
+        ("secret=s", "secret=***"),
+        # in a call: the secret masked, the call's brackets kept
+        ("login(token=abc123)", "login(token=***)"),
+        ("f(g(password=pw))", "f(g(password=***))"),
+        ("{token=x1}", "{token=***}"),
+    ],
+)
+def test_a_secret_beside_code_is_masked_and_the_code_keeps_its_shape(text, masked):
+    assert mask(text) == masked
+    assert mask(masked) == masked

@@ -226,12 +226,82 @@ def _mask_pem_tails(text: str) -> str:
     return "".join(out) + text[done:] if out else text
 
 
+# A value that is code, not a secret (`password: str`, `token = os.environ[…]`,
+# `login(password=password)`): source code read by a tool or pasted by the
+# user stays as it is, so that a model editing it sees what the file holds.
+# Masked, `password: Optional[str] = None` read `password: ***`, and a
+# replace_in_file of that line never matched the file.
+_CODE_WORDS = frozenset(
+    "None null nil undefined NULL True False true false await new yield lambda function "  # noqa: SIM905
+    "async typeof not str int bytes bool string number boolean String SecretStr "
+    "SecretBytes Optional Any any unknown object Object".split()
+)
+# what a value starting `root.`, `root[` or `root(` reads a secret from
+_CODE_ROOTS = frozenset(
+    "self this cls os sys process env environ config cfg conf settings options opts args "  # noqa: SIM905
+    "kwargs params request req ctx context secrets getpass keyring vault credentials creds "
+    "form app Deno Bun System ENV".split()
+)
+_IDENT_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+_CAMEL = re.compile(r"[a-z][A-Z]")
+# after a type or keyword: the end, its brackets, a union, a default, an end of
+# statement (`str | None = None`, `string;`), not another word (`new york`)
+_AFTER_A_TYPE = re.compile(r"(?:$|[\[|;,)\]}?<]|\s*[=|]|\s*$)")
+_ENV_REF = re.compile(r"\$[A-Z_][A-Z0-9_]*|\$\{[^}\n]*\}|\{\{[^}\n]*\}\}")
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+
+
+def _code(word: str, value: str, after: str) -> bool:
+    """Is the bare value of name `word` code rather than a secret: a type, a
+    keyword, a reference to where the secret comes from (a call, an
+    attribute, an environment variable, a template), or the same name passed
+    on (`password=password` in a call's arguments; `after`: what follows)?"""
+    if value.startswith(("${", "$(", "{{", "<%")) or _ENV_REF.fullmatch(value):
+        return True
+    m = _IDENT_PATH.match(value)
+    if m is None:
+        return False
+    path, rest = m.group(), value[m.end() :]
+    root = path.split(".", 1)[0]
+    if "." not in path and root in _CODE_WORDS and _AFTER_A_TYPE.match(rest):
+        return True
+    if root in _CODE_ROOTS and ("." in path or rest[:1] in ("[", "(")):
+        return True
+    if rest[:1] == "(" and ("_" in path or "." in path or _CAMEL.search(path)):
+        return True  # get_token(), getpass.getpass(), readSecret()
+    bare = value.rstrip(")]}")
+    return (
+        bare == path
+        and bare.lower().endswith(word.lower())
+        and (value != bare or after[:1] in (",", ")"))
+    )
+
+
+def _open_tail(value: str) -> str:
+    """The closing brackets at the end of a bare value that it did not open
+    (`token=abc)` in a call): kept after the mask, so the code keeps its shape."""
+    end = len(value)
+    while end and value[end - 1] in _CLOSERS:
+        c = value[end - 1]
+        if value.count(c, 0, end) <= value.count(_CLOSERS[c], 0, end):
+            break
+        end -= 1
+    return value[end:]
+
+
 def _assignment_sub(match: re.Match[str]) -> str:
     value = match.group(2)
     quote = value[:2] if value.startswith('\\"') else value[:1]
     if quote and quote in ('"', "'", '\\"'):
+        inner = value[len(quote) : -len(quote)]
+        if not inner or _ENV_REF.fullmatch(inner):
+            return match.group(0)  # nothing hidden there: "" or "${DB_PASSWORD}"
         return f"{match.group(1)}{quote}{REPLACEMENT}{quote}"
-    return match.group(1) + REPLACEMENT
+    word = re.findall(r"\w+", match.group(1))
+    after = match.string[match.end() : match.end() + 1]
+    if _code(word[-1] if word else "", value, after):
+        return match.group(0)
+    return match.group(1) + REPLACEMENT + _open_tail(value)
 
 
 def _value_sub(match: re.Match[str]) -> str:
@@ -251,7 +321,8 @@ def _named_sub(match: re.Match[str]) -> str:
 
 def _json_sub(match: re.Match[str]) -> str:
     if _SECRET_WORD.search(match.group(3)):
-        return _value_sub(match)
+        # an empty value hides nothing ("password": "" in a form's defaults)
+        return _value_sub(match) if match.group(4) else match.group(0)
     if match.group(2):  # an escaped value holds no further escaped JSON
         return match.group(0)
     # another field's string value may be JSON text itself (its quotes escaped)
