@@ -107,12 +107,9 @@ _PEM_BODY_REVERSED = re.compile(
 )
 
 # Names whose value is a secret: a name ending so (DB_PASSWORD, GITHUB_TOKEN,
-# AWS_SECRET_ACCESS_KEY, private_key, DB_PASS); `max_tokens` or `token_count`
-# do not, nor does `bypass` or `compass` (`pass` is a word of its own).
-_NAME = (
-    r"(?:password|passwd|(?<![a-z])pass|token|secret|api_?key"
-    r"|secret_?(?:access_?)?key|private_?key)"
-)
+# AWS_SECRET_ACCESS_KEY, private_key); `max_tokens` or `token_count` do not.
+# (Not `pass`: `PASS: t/basic.sh` is a test's report, `n_pass=4` a count.)
+_NAME = r"(?:password|passwd|token|secret|api_?key|secret_?(?:access_?)?key|private_?key)"
 
 # key=value assignments; quoted values keep their quotes; a bare value stops at
 # a backslash, so masking JSON text (an escaped quote) keeps it valid JSON, and
@@ -231,50 +228,67 @@ def _mask_pem_tails(text: str) -> str:
 # user stays as it is, so that a model editing it sees what the file holds.
 # Masked, `password: Optional[str] = None` read `password: ***`, and a
 # replace_in_file of that line never matched the file.
+# keywords a value may be in code (`password=None`, `token = await …`), and
+# the types an annotation gives (the YAML form only: `password: str`)
 _CODE_WORDS = frozenset(
-    "None null nil undefined NULL True False true false await new yield lambda function "  # noqa: SIM905
-    "async typeof not str int bytes bool string number boolean String SecretStr "
-    "SecretBytes Optional Any any unknown object Object".split()
+    ("None", "null", "nil", "undefined", "NULL", "True", "False", "true", "false", "await", "new")
 )
-# what a value starting `root.`, `root[` or `root(` reads a secret from
+_TYPE_WORDS = frozenset(
+    "str int bytes bool string number boolean String SecretStr SecretBytes Optional Any".split()  # noqa: SIM905
+)
+# what a value `root.name` (or `root[…]`, `root(…)`) reads a secret from
 _CODE_ROOTS = frozenset(
-    "self this cls os sys process env environ config cfg conf settings options opts args "  # noqa: SIM905
-    "kwargs params request req ctx context secrets getpass keyring vault credentials creds "
-    "form app Deno Bun System ENV".split()
+    "self this cls os process env environ settings config options opts args kwargs "  # noqa: SIM905
+    "params request req ctx context getpass keyring secrets System ENV".split()
 )
 _IDENT_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
-_CAMEL = re.compile(r"[a-z][A-Z]")
 # after a type or keyword: the end, its brackets, a union, a default, an end of
 # statement (`str | None = None`, `string;`), not another word (`new york`)
 _AFTER_A_TYPE = re.compile(r"(?:$|[\[|;,)\]}?<]|\s*[=|]|\s*$)")
-_ENV_REF = re.compile(r"\$[A-Z_][A-Z0-9_]*|\$\{[^}\n]*\}|\{\{[^}\n]*\}\}")
+# a whole value that names where the secret is: `$DB_PASSWORD`, `${DB_PASSWORD}`
+# (an environment variable's name: upper case), `{{ vault_password }}`,
+# `${{ secrets.DB_PASSWORD }}`; not `${X:-default}`, whose default is one
+_REFERENCE = re.compile(
+    r"\$[A-Z_][A-Z0-9_]*|\$\{[A-Z_][A-Z0-9_]*\}|\$?\{\{\s*[A-Za-z_][\w.]*\s*\}\}"
+)
+# after a reference: nothing, an opening bracket (a bare value stops at a
+# quote: `os.environ[`), or one whole call or subscript
+_ACCESS = re.compile(r"[\[(]?|(?:\([^()\n]*\)|\[[^\[\]\n]*\])[;,]?")
+# a function that gives a secret: get_token(), readToken(path), getpass.getpass()
+# (the verb a word of its own: `gettysburg(1863)` may be a password)
+_GETTER = re.compile(r"(?i:get|read|load|fetch|input|prompt|generate|decrypt|decode)(?:$|_|[A-Z])")
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 
 
-def _code(word: str, value: str, after: str) -> bool:
-    """Is the bare value of name `word` code rather than a secret: a type, a
-    keyword, a reference to where the secret comes from (a call, an
-    attribute, an environment variable, a template), or the same name passed
-    on (`password=password` in a call's arguments; `after`: what follows)?"""
-    if value.startswith(("${", "$(", "{{", "<%")) or _ENV_REF.fullmatch(value):
+def _code(value: str, names: tuple[str, ...], after: str, typed: bool) -> bool:
+    """Is a bare value code rather than a secret: a keyword (a type, where the
+    form is an annotation's: `typed`), where the secret comes from (an
+    attribute or item of a known source, a getter's call, an environment
+    variable or template naming it whole), or one of `names` (the field's
+    name, its last word) passed on in a call's arguments (`after`: what
+    follows the value)? A secret in one of these shapes is shown; each is
+    narrow, so that a random password fits one about never."""
+    if _REFERENCE.fullmatch(value):
         return True
-    m = _IDENT_PATH.match(value)
+    core = value[: len(value) - len(_open_tail(value))]
+    m = _IDENT_PATH.match(core)
     if m is None:
         return False
-    path, rest = m.group(), value[m.end() :]
-    root = path.split(".", 1)[0]
-    if "." not in path and root in _CODE_WORDS and _AFTER_A_TYPE.match(rest):
+    path, rest = m.group(), core[m.end() :]
+    if (
+        "." not in path
+        and _AFTER_A_TYPE.match(rest)
+        and (path in _CODE_WORDS or (typed and path in _TYPE_WORDS))
+    ):
         return True
-    if root in _CODE_ROOTS and ("." in path or rest[:1] in ("[", "(")):
+    head, _, _ = path.partition(".")
+    tail = path.rpartition(".")[2]
+    if _ACCESS.fullmatch(rest) and (
+        (head in _CODE_ROOTS and ("." in path or rest))
+        or (rest.startswith("(") and _GETTER.match(tail))
+    ):
         return True
-    if rest[:1] == "(" and ("_" in path or "." in path or _CAMEL.search(path)):
-        return True  # get_token(), getpass.getpass(), readSecret()
-    bare = value.rstrip(")]}")
-    return (
-        bare == path
-        and bare.lower().endswith(word.lower())
-        and (value != bare or after[:1] in (",", ")"))
-    )
+    return not rest and path.lower() in names and (core != value or after[:1] in (",", ")"))
 
 
 def _open_tail(value: str) -> str:
@@ -294,14 +308,26 @@ def _assignment_sub(match: re.Match[str]) -> str:
     quote = value[:2] if value.startswith('\\"') else value[:1]
     if quote and quote in ('"', "'", '\\"'):
         inner = value[len(quote) : -len(quote)]
-        if not inner or _ENV_REF.fullmatch(inner):
+        if not inner or _REFERENCE.fullmatch(inner):
             return match.group(0)  # nothing hidden there: "" or "${DB_PASSWORD}"
         return f"{match.group(1)}{quote}{REPLACEMENT}{quote}"
-    word = re.findall(r"\w+", match.group(1))
     after = match.string[match.end() : match.end() + 1]
-    if _code(word[-1] if word else "", value, after):
+    typed = match.re is _YAML_FIELD or match.re is _YAML_ESCAPED
+    if _code(value, _names(match), after, typed):
         return match.group(0)
     return match.group(1) + REPLACEMENT + _open_tail(value)
+
+
+def _names(match: re.Match[str]) -> tuple[str, ...]:
+    """The name an assignment's value is given to, lower case: the word the
+    pattern matched (`password` of `db_password=`) and the whole identifier."""
+    words = re.findall(r"\w+", match.group(1))
+    word = words[-1].lower() if words else ""
+    start = match.start(1)
+    while start and (match.string[start - 1].isalnum() or match.string[start - 1] == "_"):
+        start -= 1
+    whole = re.match(r"\w*", match.string[start:])
+    return (word, whole.group().lower() if whole else word)
 
 
 def _value_sub(match: re.Match[str]) -> str:
