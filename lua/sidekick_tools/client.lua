@@ -252,9 +252,10 @@ for _, method in ipairs({ "run_tool", "run_tools", "run_call", "deny" }) do
   end
 end
 
---- Send chat `buf` to its model (DESIGN §10); the reply streams in through the bridge.
-function M.send(buf, cwd)
-  return act(buf, "send", buf, cwd)
+--- Send chat `buf` to its model (DESIGN §10); the reply streams in through the
+--- bridge. `trusted`: the providers the user chose for it, or true (any).
+function M.send(buf, cwd, trusted)
+  return act(buf, "send", buf, cwd, trusted)
 end
 
 --- Stop the reply streaming into `buf`, and its loop: { stopped, message }.

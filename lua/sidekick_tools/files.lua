@@ -6,14 +6,24 @@
 local M = {}
 
 -- `name` as a real path (links resolved), as the host names the file it
--- writes; a file not on disk yet: its folder's real path and its own name.
+-- writes (Python's os.path.realpath): a file not on disk yet by its nearest
+-- existing folder's real path and the names below it.
 local function real(name)
-  local path = vim.uv.fs_realpath(name)
-  if path then
-    return path
+  local path = vim.fs.normalize(name)
+  local rest = {}
+  while path ~= "" do
+    local found = vim.uv.fs_realpath(path)
+    if found then
+      return #rest == 0 and found or vim.fs.joinpath(found, unpack(rest))
+    end
+    local parent = vim.fs.dirname(path)
+    if parent == path then
+      break
+    end
+    table.insert(rest, 1, vim.fs.basename(path))
+    path = parent
   end
-  local dir = vim.uv.fs_realpath(vim.fs.dirname(name))
-  return dir and vim.fs.joinpath(dir, vim.fs.basename(name)) or vim.fs.normalize(name)
+  return vim.fs.normalize(name)
 end
 
 --- The loaded buffers editing file `path` (a real path).

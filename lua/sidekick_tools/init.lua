@@ -304,27 +304,28 @@ end
 
 --- Send the chat to its model; the reply streams in, its calls run as the
 --- auto-accept policy allows, and the results go back (DESIGN §10). A chat
---- whose front matter names a provider on this machine in place of
---- chat.model's is asked about first (`opts.confirm = false`: not asked).
+--- whose front matter names a server on this machine other than chat.model's
+--- is asked about first: the host answers with the question (`opts.confirm =
+--- false`: not asked).
 ---@param bufnr integer|nil
 ---@param opts table|nil { confirm = boolean }
 function M.send(bufnr, opts)
   vim.validate({ bufnr = { bufnr, "number", true }, opts = { opts, "table", true } })
   bufnr = bufnr_of(bufnr)
   local models = require("sidekick_tools.models")
-  local question, provider = models.send_question(bufnr)
-  if question and (opts or {}).confirm ~= false then
-    if vim.fn.confirm("sidekick_tools: " .. question, "&Send\n&Cancel", 2) ~= 1 then
-      local note = "sidekick_tools: the chat was not sent"
-      vim.cmd.redraw() -- the question's lines go: the note is no hit-enter prompt
-      vim.notify(note, vim.log.levels.INFO)
-      return nil, note
-    end
+  local trusted = (opts or {}).confirm == false or models.chosen(bufnr)
+  local res, e = ask("send", bufnr, vim.fn.getcwd(), trusted)
+  if type(res) ~= "table" or not res.confirm then
+    return res, e
   end
-  if provider then
-    models.choose(bufnr, provider)
+  if vim.fn.confirm("sidekick_tools: " .. res.confirm, "&Send\n&Cancel", 2) ~= 1 then
+    local note = "sidekick_tools: the chat was not sent"
+    vim.cmd.redraw() -- the question's lines go: the note is no hit-enter prompt
+    vim.notify(note, vim.log.levels.INFO)
+    return nil, note
   end
-  return ask("send", bufnr, vim.fn.getcwd())
+  models.choose(bufnr, res.provider)
+  return ask("send", bufnr, vim.fn.getcwd(), models.chosen(bufnr))
 end
 
 --- Stop the reply streaming into the chat, and the loop.

@@ -80,66 +80,35 @@ function M.of_buffer(buf)
   return chat_options().model, "chat.model"
 end
 
--- A provider on this machine (loopback) that a chat's front matter names in
--- place of chat.model's is asked about before the chat's first send: whatever
--- program listens on that port gets the conversation and answers as the model
--- (a chat file from someone else, and another user of the machine who took
--- the port while the user's own server is not running). Once a buffer: what
--- the user said yes to, or chose by :SidekickModel, is not asked again.
+-- The providers the user chose for each chat buffer (:SidekickModel,
+-- :SidekickChat provider/model, or "Send" to the host's question about a
+-- provider on this machine that the chat's front matter names): the host asks
+-- about them no more (calls/outbound.py, local_question).
 local chosen = {} ---@type table<integer, table<string, boolean>>
 
 local function provider_of(spec)
   return type(spec) == "string" and spec:match("^([^/]+)/") or nil
 end
 
---- Does `url` lead to this machine (localhost, 127.0.0.0/8, ::1, 0.0.0.0)?
----@param url string
-function M.on_this_machine(url)
-  local rest = url:match("^%a[%w+.-]*://(.*)$")
-  if not rest then
-    return false
-  end
-  rest = rest:gsub("^[^/@]*@", "") -- user:password@
-  local host = rest:match("^%[([^%]]*)%]") or rest:match("^([^/:?#]*)")
-  host = (host or ""):lower():gsub("%.$", "")
-  return host == "localhost"
-    or host:match("%.localhost$") ~= nil
-    or host:match("^127%.%d+%.%d+%.%d+$") ~= nil
-    or host == "0.0.0.0"
-    or host == "::1"
-    or host == "0:0:0:0:0:0:0:1"
-    or host == "::"
-end
-
---- The question to ask before sending chat `buf`, or nil: its front matter
---- names a provider on this machine that chat.model does not.
+--- The user chose the provider of `spec` ("provider/model"), or `provider`
+--- itself, for chat `buf`.
 ---@param buf integer
----@return string|nil question, string|nil provider
-function M.send_question(buf)
-  local spec, source = M.of_buffer(buf)
-  local provider = provider_of(spec)
-  if source ~= "front matter" or not provider or provider == provider_of(chat_options().model) then
-    return nil
+---@param spec string
+function M.choose(buf, spec)
+  local provider = provider_of(spec) or spec
+  if type(provider) == "string" and provider ~= "" then
+    chosen[buf] = chosen[buf] or {}
+    chosen[buf][provider] = true
   end
-  local settings = (chat_options().providers or {})[provider]
-  local url = type(settings) == "table" and settings.base_url
-  if type(url) ~= "string" or not M.on_this_machine(url) or (chosen[buf] or {})[provider] then
-    return nil
-  end
-  return string.format(
-    "This chat's front matter sends it to %s (%s), a server on this machine, not to "
-      .. "chat.model's provider. Whatever program listens there gets the conversation "
-      .. "and answers as the model. Send it there?",
-    spec,
-    url
-  ),
-    provider
 end
 
---- The user chose `provider` for chat `buf` (said yes, or :SidekickModel).
-function M.choose(buf, provider)
-  chosen[buf] = chosen[buf] or {}
-  chosen[buf][provider] = true
+--- The providers the user chose for chat `buf`, sorted.
+---@param buf integer
+---@return string[]
+function M.chosen(buf)
+  local names = vim.tbl_keys(chosen[buf] or {})
+  table.sort(names)
+  return names
 end
 
 local NOT_A_CHAT = "sidekick_tools: this buffer is not a chat (a *.sidekick.md file)"
@@ -185,7 +154,7 @@ function M.set(buf, spec)
     error(problem, 0)
   end
   front_matter.set(buf, "model", spec)
-  M.choose(buf, provider_of(spec))
+  M.choose(buf, spec)
   vim.notify("sidekick_tools: this chat now uses " .. spec, vim.log.levels.INFO)
 end
 

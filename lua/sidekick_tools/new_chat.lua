@@ -75,6 +75,7 @@ function M.open(spec)
     uv.fs_unlink(path)
     error("sidekick_tools: cannot open a new chat here: " .. tostring(edit_err), 0)
   end
+  models.choose(vim.api.nvim_get_current_buf(), spec) -- the user's own choice: never asked about
   vim.api.nvim_win_set_cursor(0, { #lines, #lines[#lines] })
   return path
 end

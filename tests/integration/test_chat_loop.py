@@ -1389,28 +1389,52 @@ def test_send_asks_nothing_with_confirm_false(editor, fake, kind):
     assert fake.requests[0].json["model"] == "m"
 
 
-def test_which_urls_lead_to_this_machine(editor):
-    here = [
-        "http://localhost:11434/v1",
-        "http://127.0.0.2:8/",
-        "http://[::1]:8080/v1",
-        "http://user:pw@127.0.0.1/",
-        "HTTP://LOCALHOST./",
-        "http://models.localhost/",
-        "http://0.0.0.0:1",
-    ]
-    elsewhere = [
-        "https://api.openai.com/v1",
-        "http://127.0.0.1.example.com/",
-        "http://localhost.example.com:80/",
-        "http://10.0.0.1/",
-        "http://example.com/?u=http://localhost/",
-        "http://127.0.0.1@example.com/",
-        "localhost:1234",
-    ]
-    got = editor.lua(
-        "local m = require('sidekick_tools.models') local out = {}"
-        " for _, u in ipairs(...) do out[#out + 1] = m.on_this_machine(u) end return out",
-        here + elsewhere,
+@pytest.mark.parametrize(
+    "front",
+    [
+        "---\n\u00a0model: other/m\n---\n",  # a no-break space before the key
+        "---\u00a0\nmodel: other/m\n---\n",  # after the opening ---
+        "---\nmodel:\u3000other/m\n---\n",  # an ideographic space after the colon
+        "---\n```\nUSER: x\n```\nmodel: other/m\n---\n",  # a message's line in a fence
+        "---\nUSER: x\nmodel: other/m\n---\n",
+    ],
+)
+def test_a_front_matter_read_one_way_in_lua_and_another_in_the_host_goes_nowhere_unasked(
+    editor, fake, front
+):
+    """The host decides both where the chat goes and whether to ask, from one
+    reading of its front matter; Lua's (which :SidekickModel shows) agrees."""
+    url = fake.anthropic_url
+    other = {"kind": "anthropic", "base_url": url, "api_key": "env:FAKE_KEY"}
+    fake.push(reply("answered"))
+    setup(editor, fake, "anthropic", providers={"fake": other, "other": other})
+    editor.open_chat(front + "USER: hi\n")
+    shown = editor.lua("return require('sidekick_tools.models').of_buffer(0)")
+    got = editor.lua("return { require('sidekick_tools').send() }")
+    if got[0] is None:  # asked (no UI to answer), or a model no provider has: not sent
+        assert got[1] == "sidekick_tools: the chat was not sent" or "No provider" in got[1]
+        assert fake.requests == []
+        assert shown != "fake/test-model"
+    else:
+        wait_replies(editor, 1)
+        assert [r.json["model"] for r in fake.requests] == ["test-model"]
+        assert shown == "fake/test-model"
+
+
+def test_a_chat_made_with_a_model_on_this_machine_is_not_asked_about(editor, fake):
+    """:SidekickChat provider/model is the user's own choice, as :SidekickModel is."""
+    other = {"kind": "anthropic", "base_url": fake.anthropic_url, "api_key": "env:FAKE_KEY"}
+    fake.push(reply("answered"))
+    setup(
+        editor,
+        fake,
+        "anthropic",
+        providers={"fake": other, "other": other},
+        dir=str(editor.workdir / "chats"),
     )
-    assert got == [True] * len(here) + [False] * len(elsewhere)
+    editor.nvim.command("SidekickChat other/m")
+    editor.lua("vim.api.nvim_buf_set_lines(0, -2, -1, false, { 'USER: hi' })")
+    got = editor.lua("return { require('sidekick_tools').send() }")  # no UI: a question fails
+    assert got[0] == {"model": "other/m", "provider": "other"}
+    wait_replies(editor, 1)
+    assert fake.requests[0].json["model"] == "m"

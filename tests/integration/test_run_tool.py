@@ -435,3 +435,19 @@ def test_a_file_read_shows_code_that_names_secrets_as_it_is(editor):
     text = editor.wait_text("```result id=r1 status=completed")
     assert "    api_key: Optional[str] = None\n    token = os.environ['TOKEN']\n" in text
     assert "    password = '***'" in text and "hunter2" not in text
+
+
+def test_a_new_file_with_unsaved_text_under_a_linked_folder_is_not_written(editor):
+    """A buffer for a file not on disk yet, in folders not made yet, under a link:
+    the same file as the call's path once the link is resolved."""
+    editor.setup()
+    (editor.workdir / "realdir").mkdir()
+    (editor.workdir / "linkdir").symlink_to("realdir")
+    target = editor.workdir / "linkdir" / "newsub" / "new.txt"
+    buf = open_file(editor, target, ["typed, never written"])
+    call = {"path": "realdir/newsub/new.txt", "content": "by the tool\n"}
+    editor.open_chat(chat(call_block("write_file", call, "w1")))
+    editor.run_tool(5)
+    text = editor.wait_text("```result id=w1 status=failed")
+    assert f"has unsaved changes in Neovim (buffer {buf})" in text
+    assert not (editor.workdir / "realdir" / "newsub").exists()

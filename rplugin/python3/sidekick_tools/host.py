@@ -234,10 +234,11 @@ class Host:
         )
 
     @rpc.request
-    def rpc_send(self, buf: int, cwd: str | None = None) -> Any:
-        """:SidekickSend: the chat to its model; the reply streams in (DESIGN §10)."""
+    def rpc_send(self, buf: int, cwd: str | None = None, trusted: Any = None) -> Any:
+        """:SidekickSend: the chat to its model; the reply streams in (DESIGN §10).
+        `trusted`: the providers the user chose for this chat (or true: any)."""
         cwd = str(cwd) if cwd else self._cwd()
-        return self.port.block_on(self.calls.send(int(buf), cwd))
+        return self.port.block_on(self.calls.send(int(buf), cwd, trusted))
 
     @rpc.request
     def rpc_stop(self, buf: int) -> Any:

@@ -126,8 +126,8 @@ class CallRunner:
     ) -> dict[str, Any]:
         return await self.chain.deny(buf, row, reason, cwd)
 
-    async def send(self, buf: int, cwd: str) -> dict[str, Any]:
-        return await self.loop.send(buf, cwd)
+    async def send(self, buf: int, cwd: str, trusted: Any = None) -> dict[str, Any]:
+        return await self.loop.send(buf, cwd, trusted)
 
     def stop(self, buf: int) -> dict[str, Any]:
         return self.loop.stop(buf)

@@ -71,11 +71,14 @@ class ChatLoop:
         self.on_reply_end: Callable[[int], None] = lambda _buf: None
 
     # -- the user's commands ---------------------------------------------------------
-    async def send(self, buf: int, cwd: str) -> dict[str, Any]:
+    async def send(self, buf: int, cwd: str, trusted: Any = None) -> dict[str, Any]:
         """:SidekickSend: pending calls of the last reply are denied (the user
         replied instead, or went on without them), then the chat goes to the
         model: one request. Calls whose result is on its way (they run, or
-        wait their turn in a batch) are not denied: the send waits for them."""
+        wait their turn in a batch) are not denied: the send waits for them.
+        A chat whose front matter names a server on this machine is answered
+        with a question first (`outbound.local_question`; `trusted`: the
+        providers the user chose for it, or True), and nothing else is done."""
         session = self.sessions.setdefault(buf, Session(buf, cwd))
         if session.busy:
             raise UserError(
@@ -90,6 +93,10 @@ class ChatLoop:
         try:
             # a bad model is said at once
             answer = outbound.model_of(await self.chain.marks.mirror(buf), self.ctx.config)
+            question = await outbound.local_question(answer, trusted, self.ctx.config)
+            if question is not None:
+                session.sending = False
+                return {**answer, "confirm": question}
             session.cwd = cwd
             session.turns = 0
             session.armed = True

@@ -8,7 +8,10 @@ The chat loop (loop.py) decides when to send; this module only gets one ready.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 from .. import tools
 from ..chat.reply import MARKER
@@ -51,6 +54,71 @@ async def build(marks: Any, buf: int, config: Config) -> Any:
         return await loop.run_in_executor(None, lambda: build_request(lines, cfg, specs, chat=chat))
     except (ChatNotReady, ConfigError) as exc:
         raise UserError(f"sidekick_tools: {exc.message}") from None
+
+
+# How long a send waits to learn where a provider's host name leads (a name
+# that does not resolve this fast is no name of this machine's).
+RESOLVE_SECONDS = 1.0
+
+
+async def on_this_machine(url: str) -> bool:
+    """Does `url` lead to this machine: is its host, or what its name resolves
+    to, a loopback or unspecified address (`127.1`, `[::ffff:127.0.0.1]`, a
+    name /etc/hosts gives 127.0.1.1)? Any user of the machine may listen there."""
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return False
+    if not host:
+        return False
+    loop = asyncio.get_running_loop()
+    try:
+        found = await asyncio.wait_for(
+            loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), RESOLVE_SECONDS
+        )
+    except (OSError, UnicodeError, asyncio.TimeoutError):
+        return False
+    for *_, address in found:
+        try:
+            ip = ipaddress.ip_address(str(address[0]).split("%", 1)[0])
+        except ValueError:
+            continue
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if ip.is_loopback or ip.is_unspecified:
+            return True
+    return False
+
+
+async def local_question(answer: dict[str, Any], trusted: Any, config: Config) -> str | None:
+    """The question to ask before a chat goes where `answer` (`model_of`) says,
+    or None: its front matter names a provider on this machine that is not
+    chat.model's, nor one the user chose for this chat (`trusted`: their names;
+    True: any). A chat file from someone else, and another user of the machine
+    who took the port while the user's own server is not running, would get
+    the conversation (and answer as the model)."""
+    from ..llm import ConfigError
+    from ..llm.settings import ChatConfig
+
+    if trusted is True:
+        return None
+    chosen = {str(name) for name in (trusted or ())} if isinstance(trusted, (list, dict)) else set()
+    settings = ChatConfig.from_dict(chat_settings(config))
+    try:
+        own = settings.provider_for(settings.model)[0].name
+    except ConfigError:
+        own = None
+    name = answer["provider"]
+    if name == own or name in chosen:
+        return None
+    provider, _model = settings.provider_for(answer["model"])
+    if not await on_this_machine(provider.base_url):
+        return None
+    return (
+        f"This chat's front matter sends it to {answer['model']} ({provider.base_url}), a "
+        f"server on this machine, not where chat.model ({settings.model}) sends it. Whatever "
+        "program listens there gets the conversation and answers as the model. Send it there?"
+    )
 
 
 async def api_key(port: Any, provider: Any) -> str | None:

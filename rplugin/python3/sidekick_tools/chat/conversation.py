@@ -34,7 +34,16 @@ from .blocks import (
     ToolUse,
     Turn,
 )
-from .parser import Chat, Message, ResultBlock, ToolCall, _key_values, find_closer, parse
+from .parser import (
+    MARKERS,
+    Chat,
+    Message,
+    ResultBlock,
+    ToolCall,
+    _key_values,
+    find_closer,
+    parse,
+)
 from .reply import trim_blank_lines
 from .reply_entries import UNNAMED_TOOL
 
@@ -45,7 +54,11 @@ NOTE = "sidekick"
 #: Result statuses the model is told are errors (``is_error`` for Anthropic).
 ERROR_STATUSES = ("failed", "cancelled", "denied")
 
-_FRONT_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)\s*:\s*(.*)")
+# Blanks as Lua's `%s` has them (front_matter.lua reads the front matter too,
+# to show and set the model: both must read the same one): ASCII only, so a
+# no-break space before `model:` makes no key on either side.
+_BLANKS = " \t\r\n\v\f"
+_FRONT_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)[ \t\r\n\v\f]*:[ \t\r\n\v\f]*(.*)")
 _FRONT_MAX_ROWS = 64
 
 
@@ -76,20 +89,24 @@ def unanswered_calls(chat: Chat) -> list[ToolCall]:
 
 
 def read_front_matter(lines: list[str], chat: Chat | None = None) -> FrontMatter | None:
-    """The ``---`` block at row 0, if there is one before the first message."""
-    if not lines or lines[0].rstrip() != "---":
+    """The ``---`` block at row 0, if there is one before the first message. A
+    line that starts a message (at column 0, inside a fence too) ends the
+    search: that ``---`` was text (as front_matter.lua reads it)."""
+    if not lines or lines[0].rstrip(_BLANKS) != "---":
         return None
     limit = min(len(lines), _FRONT_MAX_ROWS)
     if chat is not None and chat.messages:
         limit = min(limit, chat.messages[0].start_row)
     values: dict[str, str] = {}
     for row in range(1, limit):
-        line = lines[row].rstrip()
+        if lines[row].startswith(MARKERS):
+            return None
+        line = lines[row].rstrip(_BLANKS)
         if line == "---":
             return FrontMatter(values, row)
-        m = _FRONT_KEY.fullmatch(line.strip())
+        m = _FRONT_KEY.fullmatch(line.strip(_BLANKS))
         if m:
-            value = m.group(2).strip()
+            value = m.group(2).strip(_BLANKS)
             if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
                 value = value[1:-1]
             values[m.group(1)] = value

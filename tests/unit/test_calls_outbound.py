@@ -1,0 +1,65 @@
+"""Where a send goes: which provider URLs lead to this machine, and when a
+chat's front matter is asked about (calls/outbound.py)."""
+
+from __future__ import annotations
+
+import pytest
+from sidekick_tools.calls import outbound
+from sidekick_tools.config import Config
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://localhost:11434/v1",
+        "http://127.0.0.2:8/",
+        "http://[::1]:8080/v1",
+        "http://user:pw@127.0.0.1/",
+        "http://127.1:11434/v1",  # the forms the HTTP client connects to as well
+        "http://0:11434/v1",
+        "http://2130706433:11434/v1",
+        "http://[::ffff:127.0.0.1]:11434/v1",
+        "http://0.0.0.0:1",
+    ],
+)
+async def test_urls_that_lead_to_this_machine(url):
+    assert await outbound.on_this_machine(url) is True
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.1/",
+        "http://192.0.2.7:8000/v1",
+        "http://[2001:db8::1]/",
+        "http://example.invalid/v1",  # not resolved: no name of this machine's
+        "localhost:1234",  # no URL
+        "http://[::1/",  # no URL either
+        "",
+    ],
+)
+async def test_urls_that_lead_elsewhere(url):
+    assert await outbound.on_this_machine(url) is False
+
+
+def config(**providers) -> Config:
+    return Config.from_dict({"chat": {"model": "main/m", "providers": providers}})
+
+
+LOCAL = {"kind": "openai", "base_url": "http://127.0.0.1:11434/v1"}
+REMOTE = {"kind": "openai", "base_url": "http://192.0.2.7/v1"}
+
+
+async def test_a_front_matter_naming_a_server_on_this_machine_is_asked_about():
+    cfg = config(main=LOCAL, other=LOCAL, far=REMOTE)
+    question = await outbound.local_question({"model": "other/x", "provider": "other"}, [], cfg)
+    assert question is not None and "other/x (http://127.0.0.1:11434/v1)" in question
+    assert "chat.model (main/m)" in question
+    # chat.model's own provider, one the user chose, any (true), one elsewhere: not asked
+    for answer, trusted in (
+        ({"model": "main/y", "provider": "main"}, []),
+        ({"model": "other/x", "provider": "other"}, ["other"]),
+        ({"model": "other/x", "provider": "other"}, True),
+        ({"model": "far/x", "provider": "far"}, []),
+    ):
+        assert await outbound.local_question(answer, trusted, cfg) is None
