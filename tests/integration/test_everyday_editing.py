@@ -437,3 +437,39 @@ def test_a_deleted_calls_result_never_goes_to_another_block_reading_the_same(edi
     text = editor.text()
     assert "id=call_" not in text and "first-run\n" not in text
     assert text.count("```tool run_terminal_command\n") == 1
+
+
+@pytest.mark.parametrize("saved_id", [True, False])
+def test_a_reload_that_takes_away_a_result_not_saved_has_it_written_again(editor, saved_id):
+    """`:e!` after a call ended and before the result was saved: the file has
+    the call (with its id, or not yet), never its result. The result is
+    written again, the call is not run a second time, and its state is ✓
+    (it was: ✓ on a call with no result, or ▶ and the command run twice)."""
+    editor.setup()
+    runs = editor.workdir / "runs.txt"
+    params = json.dumps({"command": f"echo ran >> {runs}; echo quick-done"})
+    header = "```tool run_terminal_command" + (" id=q1" if saved_id else "")
+    editor.open_chat(HEAD + f"{header}\n{params}\n```\n")
+    editor.run_tool(5)
+    editor.wait_text("\nquick-done\n```")
+    call_id = editor.lines()[4].split("id=")[1]
+    editor.nvim.command("edit!")
+    text = editor.wait_text(f"```result id={call_id} status=completed exit=0")
+    assert editor.lines()[4] == f"```tool run_terminal_command id={call_id}"
+    assert text.count("\nquick-done\n```") == 1
+    editor.wait_diag(4, "✓ run_terminal_command")
+    assert runs.read_text() == "ran\n"  # run once
+    assert not [n for n in editor.notifications() if "not written" in n]
+
+
+def test_a_reload_brings_back_the_result_of_a_call_without_a_task(editor):
+    editor.setup()
+    (editor.workdir / "notes.txt").write_text("remember the milk\n")
+    block = '```tool read_files id=r1\n{"paths": ["notes.txt"]}\n```\n'
+    editor.open_chat(HEAD + block)
+    editor.run_tool(5)
+    editor.wait_text("```result id=r1 status=completed")
+    editor.nvim.command("edit!")
+    text = editor.wait_text("```result id=r1 status=completed")
+    assert text.count("remember the milk") == 1
+    editor.wait_diag(4, "✓ read_files")

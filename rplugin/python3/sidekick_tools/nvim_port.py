@@ -267,6 +267,14 @@ class NvimPort:
             "return require('sidekick_tools.bridge').policy(...)", tool, params, ctx
         )
 
+    async def modified(self, buf: int) -> bool:
+        """Whether `buf` holds changes its file does not (False: gone, or as read)."""
+        return bool(
+            await self.lua(
+                "local b = ... return vim.api.nvim_buf_is_valid(b) and vim.bo[b].modified", buf
+            )
+        )
+
     async def unsaved(self, path: str) -> list[int]:
         """The buffers holding unsaved changes to file `path` (a real path)."""
         bufs = await self.lua("return require('sidekick_tools.bridge').unsaved(...)", path)

@@ -22,6 +22,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
+from .. import tools
 from ..config import Config
 from ..tasks.chat_rename import rename_chat
 from ..tasks.model import is_token
@@ -66,6 +67,7 @@ class CallRunner:
         self.follower.written_elsewhere = self._written_elsewhere
         self.scan.on_scanned = self.follower.text_settled
         self.scan.on_id_lost = self._give_id_back
+        self.scan.on_result_reloaded = self._write_again
         self.scan.streaming = self.loop.streaming
         self.loop.on_reply_end = lambda buf: self.scan.schedule(buf, delay=0)
         port.on_buffer_gone = self._buffer_gone
@@ -93,6 +95,36 @@ class CallRunner:
     def _give_id_back(self, tracked: Tracked) -> None:
         fut = asyncio.ensure_future(self.chain.marks.give_id_back(tracked))
         fut.add_done_callback(log_failure)
+
+    def _write_again(self, tracked: Tracked) -> None:
+        """The text came anew without a result written since the chat was saved:
+        if that is a reload (`:e!`: the buffer is its file), the result is
+        written again (its id too, where that went with it), and until it is
+        in, the call is not run again. An undo back past a reload comes the
+        same way, but leaves the buffer modified: the call is pending then."""
+        if tracked.writing_again:  # a scan before found it so already
+            return
+        tracked.writing_again = tracked.claimed = True
+        fut = asyncio.ensure_future(self._write_back(tracked))
+        fut.add_done_callback(log_failure)
+
+    async def _write_back(self, tracked: Tracked) -> None:
+        try:
+            result = tracked.final
+            if result is None and tracked.token:
+                task = self.ctx.tasks.get(tracked.token)
+                if task is not None and task.terminal:
+                    result = tools.result_from_task(tracked.tool, task)
+                    result.fields.setdefault("task", task.id)
+            if result is None or await self.port.modified(tracked.buf):
+                self.scan.undone(tracked)
+                self.scan.schedule(tracked.buf, delay=0)
+                return
+            tracked.done, tracked.final = False, None
+            await self.chain.marks.give_id_back(tracked)
+            await self.writer.write(tracked, result)
+        finally:
+            tracked.writing_again = tracked.claimed = False
 
     @property
     def config(self) -> Config:

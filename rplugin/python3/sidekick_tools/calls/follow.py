@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 # Seconds between looks at the Neovims that run tasks of chats open here.
 ELSEWHERE_POLL = 1.0
+# A final result longer than this (characters) is not kept for a reload to
+# take back (`Tracked.final`): a task's is had again from its task.
+FINAL_KEEP = 256 * 1024
 
 
 class TaskFollower:
@@ -94,6 +97,7 @@ class TaskFollower:
             self._spawn(self._write_waiting(tracked.buf))
         if result.status != "running":
             tracked.done = True
+            tracked.final = result if len(result.body) <= FINAL_KEEP else None
             self.ctx.registry.state(tracked, result.status, detail=result_detail(result))
             return
         task = self.ctx.tasks.get(tracked.token) if tracked.token else None

@@ -43,6 +43,10 @@ class Tracked:
     # chain or loop takes the call, though its state is not running yet
     claimed: bool = False
     done: bool = False
+    # its final result as written (not kept past FINAL_KEEP characters): a
+    # reload that takes it away (`:e!`, the chat saved before) has it written again
+    final: Any = None
+    writing_again: bool = False  # that result is being written again
 
     def block_in(self, chat: Chat, row: int) -> ToolCall | None:
         """Its block in `chat` (`row`: its mark's, -1 when gone; see `locate`).

@@ -58,6 +58,10 @@ class DiagnosticScan:
         # called with a followed call whose block lost its id (`:e!` of a chat
         # saved before the id was added): the id goes back on the block
         self.on_id_lost: Callable[[Tracked], None] | None = None
+        # called with a call whose result a reload took away (written, not
+        # saved: `:e!`) and that can have it again (`Tracked.final`, or its
+        # task's): it is written again, as DESIGN §5 promises
+        self.on_result_reloaded: Callable[[Tracked], None] | None = None
         # whether a reply streams into a buffer: its calls are not finished yet
         self.streaming: Callable[[int], bool] = lambda _buf: False
         port.on_buffer_change = self.changed
@@ -75,6 +79,20 @@ class DiagnosticScan:
             for tracked in self.registry.in_buffer(buf).values():
                 tracked.reloaded = True
         self.schedule(buf)
+
+    def undone(self, tracked: Tracked) -> None:
+        """An ended call whose result the text no longer has (an undo, an edit):
+        the text says what it is."""
+        if tracked.state == "completed":
+            self._ran.setdefault(tracked.buf, set()).add(tracked.call_id)
+        self.registry.forget(tracked)
+
+    def _write_again(self, tracked: Tracked) -> bool:
+        """Have a result a reload took away written again, if it can be."""
+        if self.on_result_reloaded is None or (tracked.final is None and not tracked.token):
+            return False
+        self.on_result_reloaded(tracked)
+        return True
 
     def schedule(self, buf: int, delay: float = SCAN_DELAY) -> None:
         handle = self._timers.pop(buf, None)
@@ -102,10 +120,10 @@ class DiagnosticScan:
                 # mark says (the block the text says is not necessarily its)
                 continue
             if tracked.done and text_state(call) != tracked.state:
-                # undone (or edited) since: the text says what it is
-                if tracked.state == "completed":
-                    self._ran.setdefault(buf, set()).add(tracked.call_id)
-                self.registry.forget(tracked)
+                if reloaded and call.result is None and self._write_again(tracked):
+                    anchors.append([tracked.mark, call.start_row])
+                    continue
+                self.undone(tracked)
                 del followed[tracked.call_id]
                 continue
             if tracked.body is not None and not asks_the_same(call, tracked.tool, tracked.body):
@@ -125,6 +143,12 @@ class DiagnosticScan:
                 lost = tracked.reloaded and not tracked.done
                 if lost and tracked.block_in(chat, -1):
                     self.on_id_lost(tracked)
+                elif reloaded and tracked.done:
+                    # its id and result went with the reload: the block reading
+                    # as it did gets both back
+                    block = tracked.block_in(chat, -1)
+                    if block is not None and block.result is None:
+                        self._write_again(tracked)
         known = self.unfollowed.get(buf) or {}
         if self.on_running_block is not None and any(
             c.call_id not in followed and c.call_id not in known and names_task(c)
