@@ -110,8 +110,13 @@ local function tokens(active)
   end
 end
 
-local function statuses()
-  return vim.list_extend(vim.deepcopy(require("sidekick_tools.constants").task_statuses), { "all" })
+-- the statuses :SidekickTasks takes, those starting with what is typed
+local function statuses(arglead)
+  local all =
+    vim.list_extend(vim.deepcopy(require("sidekick_tools.constants").task_statuses), { "all" })
+  return vim.tbl_filter(function(status)
+    return vim.startswith(status, arglead or "")
+  end, all)
 end
 
 ---@class sidekick_tools.Command

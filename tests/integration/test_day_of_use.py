@@ -221,6 +221,14 @@ def test_task_tokens_complete_without_starting_a_host(editor):
     editor.wait_text("```result id=k1 status=cancelled")
 
 
+def test_task_statuses_complete_from_what_is_typed(editor):
+    editor.setup()
+    complete = "return vim.fn.getcompletion(..., 'cmdline')"
+    assert editor.lua(complete, "SidekickTasks fa") == ["failed"]
+    assert editor.lua(complete, "SidekickTasks c") == ["completed", "cancelled"]
+    assert "all" in editor.lua(complete, "SidekickTasks ")
+
+
 def test_a_scanned_state_is_never_drawn_on_a_row_its_call_left(editor):
     """The states of calls no host follows come with their rows from a scan; text
     written above them before the next scan (a result) moves the calls, not those
