@@ -473,3 +473,19 @@ def test_a_reload_brings_back_the_result_of_a_call_without_a_task(editor):
     text = editor.wait_text("```result id=r1 status=completed")
     assert text.count("remember the milk") == 1
     editor.wait_diag(4, "✓ read_files")
+
+
+def test_a_chat_closed_unsaved_after_its_call_ran_says_the_call_reads_as_never_run(editor):
+    """`:bwipeout!` right after running a call written without an id (it got
+    one in the buffer, unsaved): its result cannot reach that chat again, and
+    the user is told so, not that it is written when the chat is opened."""
+    editor.setup()
+    params = json.dumps({"command": "sleep 0.5; echo wiped-done"})
+    editor.open_chat(HEAD + f"```tool run_terminal_command\n{params}\n```\n")
+    editor.run_tool(5)
+    wait_for(lambda: "id=call_" in editor.lines()[4])
+    editor.nvim.command("bwipeout!")
+    note = wait_for(lambda: [n for n in editor.notifications() if "not written" in n])
+    assert "closed before the call's id was saved" in note[0]
+    assert "it is written when you open" not in note[0]
+    assert "ERROR" not in (editor.state_dir / "host.log").read_text()

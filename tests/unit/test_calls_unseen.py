@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sidekick_tools.buffers import BufferMirror
 from sidekick_tools.tasks.model import Task, TaskStatus
 from sidekick_tools.tools.base import ToolResult
@@ -148,17 +149,29 @@ async def test_a_send_waiting_when_its_chat_was_closed_does_not_go_when_it_is_re
     assert sent == []
 
 
-async def test_a_result_lost_to_a_closed_chat_says_it_is_written_when_the_chat_is_opened():
+@pytest.mark.parametrize("saved", [True, False])
+async def test_a_result_lost_to_a_closed_chat_says_it_is_written_when_the_chat_is_opened(
+    tmp_path, saved
+):
     """A call waited for (no running block) ends after its chat was closed: its
     task's result is written when the chat is opened again, which is what the
-    user is told (as for a background call), not that it is lost."""
-    runner, port, _ = runner_for(chat_with("make"))
+    user is told (as for a background call), not that it is lost; unless the
+    chat was closed before the call's id (given when it ran) was saved: then
+    the call reads as never run, and the user is told that."""
+    lines = chat_with("make")
+    runner, port, _ = runner_for(lines)
     tracked = await running(runner, "c1")
+    path = tmp_path / "chat.sidekick.md"
+    path.write_text("\n".join(lines if saved else [x.replace(" id=c1", "") for x in lines]))
+    tracked.chat = str(path)
     port.mirrors.pop(BUF)  # unloaded
     result = ToolResult(status="completed", body="built", fields={"exit": 0, "task": "aaa111"})
     await runner.chain.deliver(tracked, result)
     await settle(runner)
-    assert told(port, "not written: its chat is no longer loaded; it is written when you open")
+    if saved:
+        assert told(port, "not written: its chat is no longer loaded; it is written when you open")
+    else:
+        assert told(port, "closed before the call's id was saved, so opened again the call reads")
 
 
 def agent_ended(tmp: Path, message: str, out: str, agent: str = "rev") -> Task:

@@ -243,7 +243,9 @@ class CallChain:
         """The next pending call of the same message, when it may run without
         asking; else the call that needs consent (or neither: no call left, or
         a broken one, whose ✗ shows why)."""
-        mirror = await self.marks.mirror(previous.buf)
+        mirror = await self.ctx.port.mirror(previous.buf)
+        if mirror is None:  # its chat was closed meanwhile: nothing follows
+            return None, None
         chat = mirror.chat()
         rows = await self.ctx.port.mark_rows(previous.buf, [previous.mark])
         prev = previous.block_in(chat, rows.get(previous.mark, -1))  # this very block

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,18 @@ def call_lost(chat: Any, tracked: Tracked) -> str:
     """Why a followed call's block was not found in `chat`: gone, or a block
     with its id that reads otherwise (`Tracked.block_in` refuses it)."""
     return CALL_EDITED if chat.call_by_id(tracked.call_id) is not None else CALL_GONE
+
+
+def saved_with_id(tracked: Tracked) -> bool:
+    """Whether the chat's file holds the call's id: opened again, the call's
+    block is found by it (a call run without one got it in the buffer only)."""
+    if not os.path.isabs(tracked.chat):
+        return False
+    try:
+        with open(tracked.chat, "rb") as f:
+            return f"id={tracked.call_id}".encode() in f.read(64 << 20)
+    except OSError:
+        return False
 
 
 # After writing into a buffer, the next batch for it waits until this much time
@@ -153,7 +166,13 @@ class ResultWriter:
             # (a halted task's is not: the call runs again)
             waited = result is not None and bool(result.fields.get("task"))
             if (tracked.background or waited and status != "cancelled") and "loaded" in why:
-                said += "; it is written when you open the chat again"
+                if saved_with_id(tracked):
+                    said += "; it is written when you open the chat again"
+                else:  # closed unsaved, the id the call got when it ran with it
+                    said += (
+                        "; its chat was closed before the call's id was saved, so opened "
+                        "again the call reads as never run"
+                    )
         self.ctx.port.notify_user(f"sidekick_tools: {said}{where}", "warn")
         log.info("%s: result not written (%s)", what, why)
         self.on_lost(tracked)
