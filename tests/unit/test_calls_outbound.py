@@ -63,3 +63,26 @@ async def test_a_front_matter_naming_a_server_on_this_machine_is_asked_about():
         ({"model": "far/x", "provider": "far"}, []),
     ):
         assert await outbound.local_question(answer, trusted, cfg) is None
+
+
+def test_a_front_matter_below_blank_lines_is_said_not_passed_over():
+    """Blank lines above it keep a front matter from being read: the chat is not
+    sent to chat.model in silence (a local model's chat going to a cloud one)."""
+    from types import SimpleNamespace
+
+    from sidekick_tools.calls.chain import UserError
+
+    cfg = config(main=REMOTE, local=LOCAL)
+    for lines in (
+        ["", "---", "model: local/x", "---", "USER: hi"],
+        ["  ", "---", "---", "USER: hi"],
+    ):
+        with pytest.raises(UserError, match=f"starts on line {lines.index('---') + 1}, not"):
+            outbound.model_of(SimpleNamespace(lines=lines), cfg)
+    # read where it is; or no front matter at all, or a --- that is text
+    for lines, spec in (
+        (["---", "model: local/x", "---", "", "USER: hi"], "local/x"),
+        (["", "USER: hi"], "main/m"),
+        (["", "---", "USER: a rule, no front matter"], "main/m"),
+    ):
+        assert outbound.model_of(SimpleNamespace(lines=lines), cfg)["model"] == spec

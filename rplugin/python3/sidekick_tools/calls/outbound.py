@@ -26,13 +26,21 @@ def chat_settings(config: Config) -> dict[str, Any]:
 
 def model_of(mirror: Any, config: Config) -> dict[str, Any]:
     """The chat's provider and model, from its front matter (cheap: row 0 on)."""
-    from ..chat.conversation import read_front_matter
+    from ..chat.conversation import misplaced_front_matter, read_front_matter
     from ..llm import ConfigError
     from ..llm.settings import ChatConfig, request_options
 
     front = read_front_matter(mirror.lines)
     try:
         settings = ChatConfig.from_dict(chat_settings(config))
+        row = misplaced_front_matter(mirror.lines) if front is None else None
+        if row is not None:
+            # its model (a local one, say) would be passed over in silence
+            raise UserError(
+                f"sidekick_tools: this chat's front matter starts on line {row + 1}, not on "
+                f"its first line, so it is not read and the chat would go to chat.model "
+                f"({settings.model}): remove the blank lines above it, then send"
+            )
         spec, _ = request_options(settings, front.values if front else None)
         provider, _model = settings.provider_for(spec)
     except ConfigError as exc:

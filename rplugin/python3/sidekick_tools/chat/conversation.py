@@ -113,6 +113,17 @@ def read_front_matter(lines: list[str], chat: Chat | None = None) -> FrontMatter
     return None
 
 
+def misplaced_front_matter(lines: list[str]) -> int | None:
+    """The row of a front matter that only blank lines keep from row 0, where
+    it would be read (so it is not): None when there is none such."""
+    for row, line in enumerate(lines[:_FRONT_MAX_ROWS]):
+        if line.strip(_BLANKS):
+            if row and read_front_matter(lines[row:]) is not None:
+                return row
+            return None
+    return None
+
+
 def result_content(result: ResultBlock) -> str:
     """What the model reads for a result: its status line, then its body."""
     head = f"status={result.status or 'unknown'}"
