@@ -69,24 +69,32 @@ local function say_state_dir_unusable(reason)
   )
 end
 
---- A run the host answers with a question (a path that leads outside the
---- working directory through a link in the project): asked, and asked for
---- again, confirmed, once the user says yes.
-local function run_asking(method, ...)
+--- Ask the host; an answer that is a question (`res.confirm`: a path that
+--- leads outside the working directory through a link in the project, a
+--- chat going to a server on this machine) is asked of the user, `button` or
+--- Cancel (the default): yes gives what `again(res)` gives, no says `note`.
+local function ask_asking(button, note, again, method, ...)
   local res, e = ask(method, ...)
   if type(res) ~= "table" or not res.confirm then
     return res, e
   end
-  if vim.fn.confirm("sidekick_tools: " .. res.confirm, "&Run\n&Cancel", 2) ~= 1 then
-    local note = "sidekick_tools: nothing was run"
+  if vim.fn.confirm("sidekick_tools: " .. res.confirm, "&" .. button .. "\n&Cancel", 2) ~= 1 then
     vim.cmd.redraw() -- the question's lines go: the note is no hit-enter prompt
     vim.notify(note, vim.log.levels.INFO)
     return nil, note
   end
+  return again(res)
+end
+
+--- A run the host may answer with a question: asked for again, confirmed,
+--- once the user says yes.
+local function run_asking(method, ...)
   local n = select("#", ...)
   local args = { ... }
   args[n + 1] = true
-  return ask(method, unpack(args, 1, n + 1))
+  return ask_asking("Run", "sidekick_tools: nothing was run", function()
+    return ask(method, unpack(args, 1, n + 1))
+  end, method, ...)
 end
 
 --- Configure the plugin. Safe to call again; a running host gets the new settings.
@@ -314,18 +322,10 @@ function M.send(bufnr, opts)
   bufnr = bufnr_of(bufnr)
   local models = require("sidekick_tools.models")
   local trusted = (opts or {}).confirm == false or models.chosen(bufnr)
-  local res, e = ask("send", bufnr, vim.fn.getcwd(), trusted)
-  if type(res) ~= "table" or not res.confirm then
-    return res, e
-  end
-  if vim.fn.confirm("sidekick_tools: " .. res.confirm, "&Send\n&Cancel", 2) ~= 1 then
-    local note = "sidekick_tools: the chat was not sent"
-    vim.cmd.redraw() -- the question's lines go: the note is no hit-enter prompt
-    vim.notify(note, vim.log.levels.INFO)
-    return nil, note
-  end
-  models.choose(bufnr, res.provider)
-  return ask("send", bufnr, vim.fn.getcwd(), models.chosen(bufnr))
+  return ask_asking("Send", "sidekick_tools: the chat was not sent", function(res)
+    models.choose(bufnr, res.provider)
+    return ask("send", bufnr, vim.fn.getcwd(), models.chosen(bufnr))
+  end, "send", bufnr, vim.fn.getcwd(), trusted)
 end
 
 --- Stop the reply streaming into the chat, and the loop.
