@@ -87,6 +87,17 @@ vim.api.nvim_create_autocmd("BufFilePost", {
   end,
 })
 
+-- A buffer written to its file: the results in it are on disk, and a reload
+-- (or a file replaced outside Neovim) is not to have them written again.
+vim.api.nvim_create_autocmd("BufWritePost", {
+  group = group,
+  callback = function(ev)
+    if package.loaded["sidekick_tools.host"] and require("sidekick_tools.host").running() then
+      require("sidekick_tools.host").notify("chat_saved", ev.buf)
+    end
+  end,
+})
+
 vim.api.nvim_create_autocmd("VimLeavePre", {
   group = group,
   callback = function()

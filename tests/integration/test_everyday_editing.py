@@ -489,3 +489,22 @@ def test_a_chat_closed_unsaved_after_its_call_ran_says_the_call_reads_as_never_r
     assert "closed before the call's id was saved" in note[0]
     assert "it is written when you open" not in note[0]
     assert "ERROR" not in (editor.state_dir / "host.log").read_text()
+
+
+def test_a_saved_result_is_not_written_into_a_file_replaced_outside_neovim(editor):
+    """A result that was saved is in the file: a reload brings it back by itself.
+    Replaced outside Neovim (a `git checkout`), the file holds the same call in
+    another conversation, never run: it gets no result of the old one."""
+    editor.setup()
+    params = json.dumps({"command": "echo ran-once"})
+    block = f"```tool run_terminal_command\n{params}\n```\n"
+    path = editor.workdir / "chat.sidekick.md"
+    editor.open_chat(HEAD + block)
+    editor.run_tool(5)
+    editor.wait_text("\nran-once\n```")
+    editor.nvim.command("write")
+    path.write_text("USER: another conversation\n\nASSISTANT: Running it.\n\n" + block)
+    editor.nvim.command("checktime")
+    wait_for(lambda: editor.lines()[0] == "USER: another conversation")
+    editor.wait_diag(4, "▶ run_terminal_command")
+    assert "```result" not in editor.text()

@@ -252,6 +252,12 @@ class Host:
         return True
 
     @rpc.notification
+    def rpc_chat_saved(self, buf: int) -> Any:
+        """A buffer was written to its file (BufWritePost): its results are on disk."""
+        self.calls.saved(int(buf))
+        return True
+
+    @rpc.notification
     def rpc_chat_renamed(self, buf: int, name: str) -> Any:
         """A buffer was given another file name (`:saveas`, `:file`): the tasks
         of its calls are this chat's under the new name."""

@@ -96,35 +96,39 @@ class CallRunner:
         fut = asyncio.ensure_future(self.chain.marks.give_id_back(tracked))
         fut.add_done_callback(log_failure)
 
-    def _write_again(self, tracked: Tracked) -> None:
-        """The text came anew without a result written since the chat was saved:
-        if that is a reload (`:e!`: the buffer is its file), the result is
-        written again (its id too, where that went with it), and until it is
-        in, the call is not run again. An undo back past a reload comes the
-        same way, but leaves the buffer modified: the call is pending then."""
-        if tracked.writing_again:  # a scan before found it so already
-            return
-        tracked.writing_again = tracked.claimed = True
-        fut = asyncio.ensure_future(self._write_back(tracked))
-        fut.add_done_callback(log_failure)
+    def _write_again(self, buf: int, tracked: list[Tracked]) -> None:
+        """The text came anew without results written since the chat was saved:
+        if that is a reload (`:e!`: the buffer is its file), they are written
+        again (with their ids, where those went too), and until each is in,
+        its call is not run again. An undo back past a reload comes the same
+        way, but leaves the buffer modified: the calls are pending then."""
+        calls = [t for t in tracked if not t.writing_again]  # not found so by a scan before
+        for t in calls:
+            t.writing_again = t.claimed = True
+        if calls:
+            fut = asyncio.ensure_future(self._write_back(buf, calls))
+            fut.add_done_callback(log_failure)
 
-    async def _write_back(self, tracked: Tracked) -> None:
+    async def _write_back(self, buf: int, calls: list[Tracked]) -> None:
         try:
-            result = tracked.final
-            if result is None and tracked.token:
-                task = self.ctx.tasks.get(tracked.token)
-                if task is not None and task.terminal:
-                    result = tools.result_from_task(tracked.tool, task)
-                    result.fields.setdefault("task", task.id)
-            if result is None or await self.port.modified(tracked.buf):
-                self.scan.undone(tracked)
-                self.scan.schedule(tracked.buf, delay=0)
-                return
-            tracked.done, tracked.final = False, None
-            await self.chain.marks.give_id_back(tracked)
-            await self.writer.write(tracked, result)
+            reloaded = not await self.port.modified(buf)  # asked once, before any is written
+            for tracked in calls:
+                result = tracked.final if reloaded else None
+                if reloaded and result is None and tracked.token:
+                    task = self.ctx.tasks.get(tracked.token)
+                    if task is not None and task.terminal:
+                        result = tools.result_from_task(tracked.tool, task)
+                        result.fields.setdefault("task", task.id)
+                if result is None:
+                    self.scan.undone(tracked)
+                    continue
+                tracked.done, tracked.final = False, None
+                await self.chain.marks.give_id_back(tracked)
+                self.writer.write(tracked, result)  # one batch: they go in together
+            self.scan.schedule(buf, delay=0)
         finally:
-            tracked.writing_again = tracked.claimed = False
+            for tracked in calls:
+                tracked.writing_again = tracked.claimed = False
 
     @property
     def config(self) -> Config:
@@ -182,6 +186,13 @@ class CallRunner:
         finally:
             self._reattaching.discard(buf)
         self.scan.schedule(buf, delay=0)
+
+    def saved(self, buf: int) -> None:
+        """Buffer `buf` was written to its file: the results in it are on disk,
+        and a reload brings them back by itself (nor does one that replaces
+        the file, by `git checkout` say, get them written again)."""
+        for tracked in self.registry.in_buffer(buf).values():
+            tracked.final, tracked.unsaved = None, False
 
     def renamed(self, buf: int, name: str) -> None:
         """Buffer `buf` is now file `name` (`:saveas`): its followed calls, and the

@@ -98,6 +98,7 @@ class TaskFollower:
         if result.status != "running":
             tracked.done = True
             tracked.final = result if len(result.body) <= FINAL_KEEP else None
+            tracked.unsaved = True
             self.ctx.registry.state(tracked, result.status, detail=result_detail(result))
             return
         task = self.ctx.tasks.get(tracked.token) if tracked.token else None

@@ -43,9 +43,11 @@ class Tracked:
     # chain or loop takes the call, though its state is not running yet
     claimed: bool = False
     done: bool = False
-    # its final result as written (not kept past FINAL_KEEP characters): a
-    # reload that takes it away (`:e!`, the chat saved before) has it written again
+    # its final result as written until the chat is saved (not kept past
+    # FINAL_KEEP characters): a reload that takes it away (`:e!`) has it
+    # written again
     final: Any = None
+    unsaved: bool = False  # its final result is in the buffer, not yet in its file
     writing_again: bool = False  # that result is being written again
 
     def block_in(self, chat: Chat, row: int) -> ToolCall | None:

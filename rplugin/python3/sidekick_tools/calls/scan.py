@@ -61,7 +61,7 @@ class DiagnosticScan:
         # called with a call whose result a reload took away (written, not
         # saved: `:e!`) and that can have it again (`Tracked.final`, or its
         # task's): it is written again, as DESIGN §5 promises
-        self.on_result_reloaded: Callable[[Tracked], None] | None = None
+        self.on_result_reloaded: Callable[[int, list[Tracked]], None] | None = None
         # whether a reply streams into a buffer: its calls are not finished yet
         self.streaming: Callable[[int], bool] = lambda _buf: False
         port.on_buffer_change = self.changed
@@ -87,12 +87,13 @@ class DiagnosticScan:
             self._ran.setdefault(tracked.buf, set()).add(tracked.call_id)
         self.registry.forget(tracked)
 
-    def _write_again(self, tracked: Tracked) -> bool:
-        """Have a result a reload took away written again, if it can be."""
-        if self.on_result_reloaded is None or (tracked.final is None and not tracked.token):
-            return False
-        self.on_result_reloaded(tracked)
-        return True
+    def _can_write_again(self, tracked: Tracked) -> bool:
+        """Whether a result a reload took away can be written again."""
+        return (
+            self.on_result_reloaded is not None
+            and tracked.unsaved
+            and (tracked.final is not None or bool(tracked.token))
+        )
 
     def schedule(self, buf: int, delay: float = SCAN_DELAY) -> None:
         handle = self._timers.pop(buf, None)
@@ -113,6 +114,8 @@ class DiagnosticScan:
         followed = self.registry.in_buffer(buf)
         anchors = []
         blocks = Counter(c.call_id for c in chat.calls)
+        again: list[Tracked] = []  # results a reload took away, to be written again
+        twins: dict[int, Tracked] = {}  # those found by their text, by the block's row
         for call in chat.calls:
             tracked = followed.get(call.call_id or "")
             if tracked is None or blocks[call.call_id] > 1:
@@ -120,7 +123,8 @@ class DiagnosticScan:
                 # mark says (the block the text says is not necessarily its)
                 continue
             if tracked.done and text_state(call) != tracked.state:
-                if reloaded and call.result is None and self._write_again(tracked):
+                if reloaded and call.result is None and self._can_write_again(tracked):
+                    again.append(tracked)
                     anchors.append([tracked.mark, call.start_row])
                     continue
                 self.undone(tracked)
@@ -147,8 +151,25 @@ class DiagnosticScan:
                     # its id and result went with the reload: the block reading
                     # as it did gets both back
                     block = tracked.block_in(chat, -1)
-                    if block is not None and block.result is None:
-                        self._write_again(tracked)
+                    if (
+                        block is not None
+                        and block.result is None
+                        and self._can_write_again(tracked)
+                    ):
+                        # the block's newest run (a call run again after a
+                        # reload is a new call with the same text) is its own
+                        other = twins.get(block.start_row)
+                        if other is None or other.mark < tracked.mark:
+                            if other is not None:
+                                self.undone(other)
+                            twins[block.start_row] = tracked
+                        else:
+                            self.undone(tracked)
+                    elif block is not None and block.result is None:
+                        self.undone(tracked)  # its ✓ is no longer the text's (saved before)
+            again += twins.values()
+        if again and self.on_result_reloaded is not None:
+            self.on_result_reloaded(buf, again)
         known = self.unfollowed.get(buf) or {}
         if self.on_running_block is not None and any(
             c.call_id not in followed and c.call_id not in known and names_task(c)
