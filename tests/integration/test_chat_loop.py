@@ -1438,3 +1438,31 @@ def test_a_chat_made_with_a_model_on_this_machine_is_not_asked_about(editor, fak
     assert got[0] == {"model": "other/m", "provider": "other"}
     wait_replies(editor, 1)
     assert fake.requests[0].json["model"] == "m"
+
+
+def test_a_notice_never_sends_a_chat_to_this_machine_the_user_did_not_let_it_go_to(editor, fake):
+    """The question cancelled, a task of the chat ends: its notice is written,
+    and send_on_notice sends nothing (it sent the chat to the port asked about)."""
+    other = {"kind": "anthropic", "base_url": fake.anthropic_url, "api_key": "env:FAKE_KEY"}
+    fake.push(reply("never"))
+    use_fake(
+        editor,
+        fake,
+        KEY,
+        "anthropic",
+        chat={"providers": {"fake": other, "other": other}},
+        tasks={"hybrid_threshold": 0.2},
+    )
+    params = json.dumps({"command": "sleep 0.6; echo finished"})
+    editor.open_chat(
+        "---\nmodel: other/m\n---\nUSER: hello\n\nASSISTANT: Running.\n\n"
+        f"```tool run_terminal_command id=n1\n{params}\n```\n"
+    )
+    got = editor.lua("return { require('sidekick_tools').send() }")  # no UI: cancelled
+    assert got[0] is None and got[1] == "sidekick_tools: the chat was not sent"
+    editor.run_tool(9)
+    editor.wait_text("```result id=n1 status=running")
+    editor.wait_text("[sidekick task")  # its notice
+    note = wait_for(lambda: [n for n in editor.notifications() if "not sent by itself" in n])
+    assert "other/m, a server on this machine" in note[0]
+    assert fake.requests == []

@@ -508,3 +508,15 @@ def test_a_saved_result_is_not_written_into_a_file_replaced_outside_neovim(edito
     wait_for(lambda: editor.lines()[0] == "USER: another conversation")
     editor.wait_diag(4, "▶ run_terminal_command")
     assert "```result" not in editor.text()
+
+
+def test_a_reload_writes_back_every_result_it_took(editor):
+    editor.setup()
+    editor.open_chat(HEAD + call("m1", "echo one-done") + "\n" + call("m2", "echo two-done"))
+    editor.nvim.command("SidekickRunTools!")
+    editor.wait_text("```result id=m2 status=completed")
+    editor.wait_text("```result id=m1 status=completed")
+    editor.nvim.command("edit!")
+    text = editor.wait_text("```result id=m2 status=completed")
+    text = editor.wait_text("```result id=m1 status=completed")
+    assert text.count("\none-done\n```") == 1 and text.count("\ntwo-done\n```") == 1

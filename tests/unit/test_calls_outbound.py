@@ -30,7 +30,7 @@ async def test_urls_that_lead_to_this_machine(url):
     "url",
     [
         "http://10.0.0.1/",
-        "http://192.0.2.7:8000/v1",
+        "http://198.51.100.7:8000/v1",
         "http://[2001:db8::1]/",
         "http://example.invalid/v1",  # not resolved: no name of this machine's
         "localhost:1234",  # no URL
@@ -47,7 +47,7 @@ def config(**providers) -> Config:
 
 
 LOCAL = {"kind": "openai", "base_url": "http://127.0.0.1:11434/v1"}
-REMOTE = {"kind": "openai", "base_url": "http://192.0.2.7/v1"}
+REMOTE = {"kind": "openai", "base_url": "http://198.51.100.7/v1"}
 
 
 async def test_a_front_matter_naming_a_server_on_this_machine_is_asked_about():
@@ -86,3 +86,27 @@ def test_a_front_matter_below_blank_lines_is_said_not_passed_over():
         (["", "---", "USER: a rule, no front matter"], "main/m"),
     ):
         assert outbound.model_of(SimpleNamespace(lines=lines), cfg)["model"] == spec
+
+
+async def test_this_machines_own_address_leads_to_it():
+    """A server bound to 0.0.0.0 answers on the machine's LAN address too."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("198.51.100.1", 9))  # a route is chosen; nothing is sent
+            own = probe.getsockname()[0]
+    except OSError:
+        pytest.skip("no route to learn this machine's own address from")
+    assert await outbound.on_this_machine(f"http://{own}:11434/v1") is True
+
+
+async def test_a_name_not_resolved_in_time_is_asked_about(monkeypatch):
+    import asyncio
+
+    async def slow(*_args, **_kwargs):
+        await asyncio.sleep(10)
+
+    monkeypatch.setattr(outbound, "RESOLVE_SECONDS", 0.05)
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", slow)
+    assert await outbound.on_this_machine("http://slow.example:11434/v1") is True

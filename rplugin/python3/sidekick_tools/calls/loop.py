@@ -52,6 +52,10 @@ class Session:
     # :SidekickSend came while calls of the last reply were running: the
     # user's message goes once each has its result
     send_queued: bool = False
+    # the providers on this machine the user let this chat go to (or True:
+    # any), as their last :SidekickSend said: what the loop sends by itself
+    # goes nowhere else without the question
+    trusted: Any = None
 
     @property
     def busy(self) -> bool:
@@ -97,6 +101,7 @@ class ChatLoop:
             if question is not None:
                 session.sending = False
                 return {**answer, "confirm": question}
+            session.trusted = trusted
             session.cwd = cwd
             session.turns = 0
             session.armed = True
@@ -314,6 +319,13 @@ class ChatLoop:
         session.sending = True
         try:
             request = await outbound.build(self.chain.marks, session.buf, self.ctx.config)
+            where = {"model": request.model_spec, "provider": request.provider.name}
+            if await outbound.local_question(where, session.trusted, self.ctx.config):
+                # the user's own send asked already: this is the loop's, or a notice's
+                raise UserError(
+                    f"sidekick_tools: not sent by itself: this chat's front matter names "
+                    f"{request.model_spec}, a server on this machine; :SidekickSend asks first"
+                )
             client: Any = None
             try:
                 key = await outbound.api_key(self.ctx.port, request.provider)

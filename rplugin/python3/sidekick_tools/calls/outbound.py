@@ -64,15 +64,16 @@ async def build(marks: Any, buf: int, config: Config) -> Any:
         raise UserError(f"sidekick_tools: {exc.message}") from None
 
 
-# How long a send waits to learn where a provider's host name leads (a name
-# that does not resolve this fast is no name of this machine's).
+# How long a send waits to learn where a provider's host name leads.
 RESOLVE_SECONDS = 1.0
 
 
 async def on_this_machine(url: str) -> bool:
     """Does `url` lead to this machine: is its host, or what its name resolves
     to, a loopback or unspecified address (`127.1`, `[::ffff:127.0.0.1]`, a
-    name /etc/hosts gives 127.0.1.1)? Any user of the machine may listen there."""
+    name /etc/hosts gives 127.0.1.1) or one of the machine's own (its LAN
+    address)? Any user of the machine may listen there. A name that does not
+    resolve within RESOLVE_SECONDS counts as one: the question is asked."""
     try:
         host = urlsplit(url).hostname
     except ValueError:
@@ -84,8 +85,10 @@ async def on_this_machine(url: str) -> bool:
         found = await asyncio.wait_for(
             loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), RESOLVE_SECONDS
         )
-    except (OSError, UnicodeError, asyncio.TimeoutError):
-        return False
+    except asyncio.TimeoutError:
+        return True  # not known in time: asked, rather than sent where it may lead
+    except (OSError, UnicodeError):
+        return False  # no address: the send fails to connect anyway
     for *_, address in found:
         try:
             ip = ipaddress.ip_address(str(address[0]).split("%", 1)[0])
@@ -93,9 +96,21 @@ async def on_this_machine(url: str) -> bool:
             continue
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped
-        if ip.is_loopback or ip.is_unspecified:
+        if ip.is_loopback or ip.is_unspecified or _own_address(ip):
             return True
     return False
+
+
+def _own_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Is `ip` one of this machine's own (a server of any user bound to 0.0.0.0
+    answers there too)? Only the machine's own addresses can be bound."""
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((str(ip), 0))
+    except OSError:
+        return False
+    return True
 
 
 async def local_question(answer: dict[str, Any], trusted: Any, config: Config) -> str | None:
