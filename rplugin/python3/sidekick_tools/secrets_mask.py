@@ -107,9 +107,13 @@ _PEM_BODY_REVERSED = re.compile(
 )
 
 # Names whose value is a secret: a name ending so (DB_PASSWORD, GITHUB_TOKEN,
-# AWS_SECRET_ACCESS_KEY, private_key); `max_tokens` or `token_count` do not.
-# (Not `pass`: `PASS: t/basic.sh` is a test's report, `n_pass=4` a count.)
-_NAME = r"(?:password|passwd|token|secret|api_?key|secret_?(?:access_?)?key|private_?key)"
+# AWS_SECRET_ACCESS_KEY, private_key, SMTP_PASS, db-pass); `max_tokens` or
+# `token_count` do not, nor does a bare `pass` (`PASS: t/basic.sh` is a
+# test's report) or `bypass`.
+_NAME = (
+    r"(?:password|passwd|(?<=[_\-])pass|token|secret|api_?key"
+    r"|secret_?(?:access_?)?key|private_?key)"
+)
 
 # key=value assignments; quoted values keep their quotes; a bare value stops at
 # a backslash, so masking JSON text (an escaped quote) keeps it valid JSON, and
@@ -249,14 +253,28 @@ _AFTER_A_TYPE = re.compile(r"(?:$|[\[|;,)\]}?<]|\s*[=|]|\s*$)")
 # (an environment variable's name: upper case), `{{ vault_password }}`,
 # `${{ secrets.DB_PASSWORD }}`; not `${X:-default}`, whose default is one
 _REFERENCE = re.compile(
-    r"\$[A-Z_][A-Z0-9_]*|\$\{[A-Z_][A-Z0-9_]*\}|\$?\{\{\s*[A-Za-z_][\w.]*\s*\}\}"
+    r"\$[A-Z_][A-Z0-9_]*|\$\{[A-Z_][A-Z0-9_]*(?::?-)?\}|\$?\{\{\s*[A-Za-z_][\w.]*\s*\}\}"
 )
-# after a reference: nothing, an opening bracket (a bare value stops at a
-# quote: `os.environ[`), or one whole call or subscript
-_ACCESS = re.compile(r"[\[(]?|(?:\([^()\n]*\)|\[[^\[\]\n]*\])[;,]?")
-# a function that gives a secret: get_token(), readToken(path), getpass.getpass()
+# after a reference: nothing, or an opening bracket (a bare value stops at a
+# quote: `os.environ[`); or calls and subscripts, whole (`(max_length=128)`,
+# `().hex`), or the last one open where the value was cut (by a quote, a
+# comma, a blank: `jwt.encode(payload,`, `token.split(`)
+_PART = r"(?:\((?:[^()\n]|\([^()\n]*\))*\)|\[[^\[\]\n]*\])"
+_ACCESS = re.compile(rf"[\[(]?|{_PART}(?:\.[A-Za-z_]\w*{_PART}*)*[;,]?")
+_ACCESS_CUT = re.compile(rf"(?:{_PART}(?:\.[A-Za-z_]\w*)?)*[\[(][^()\[\]\n]*")
+# a command's output: `$(gh auth token)`, `$(cat /run/secrets/pw)` (its name
+# a lower-case word), or its start where a bare value stops at a blank
+_SUBSTITUTION = re.compile(r"\$\([a-z][\w.\-]*(?:[ \t][^()\n]*\))?")
+_CUT = (",", ";", "&", '"', "'", " ", "\t", "\\")  # where a bare value stops
+# a function that gives a secret: get_token(), readToken(path), make_password(…)
 # (the verb a word of its own: `gettysburg(1863)` may be a password)
-_GETTER = re.compile(r"(?i:get|read|load|fetch|input|prompt|generate|decrypt|decode)(?:$|_|[A-Z])")
+_GETTER = re.compile(
+    r"(?i:get|read|load|fetch|input|prompt|generate|decrypt|decode|make|create|hash)"
+    r"(?:$|_|[A-Z])"
+)
+# a module or object a dotted call is made on: a lower-case word (`jwt`,
+# `models`, `crypto`, `serializers`), not a random run of letters and digits
+_CALLED_ON = re.compile(r"[a-z_][a-z_]*[a-z](?:\.[A-Za-z_]\w*)+")
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 
 
@@ -268,7 +286,7 @@ def _code(value: str, names: tuple[str, ...], after: str, typed: bool) -> bool:
     name, its last word) passed on in a call's arguments (`after`: what
     follows the value)? A secret in one of these shapes is shown; each is
     narrow, so that a random password fits one about never."""
-    if _REFERENCE.fullmatch(value):
+    if _REFERENCE.fullmatch(value) or _SUBSTITUTION.fullmatch(value):
         return True
     core = value[: len(value) - len(_open_tail(value))]
     m = _IDENT_PATH.match(core)
@@ -283,9 +301,9 @@ def _code(value: str, names: tuple[str, ...], after: str, typed: bool) -> bool:
         return True
     head, _, _ = path.partition(".")
     tail = path.rpartition(".")[2]
-    if _ACCESS.fullmatch(rest) and (
-        (head in _CODE_ROOTS and ("." in path or rest))
-        or (rest.startswith("(") and _GETTER.match(tail))
+    called = rest.startswith("(") and (_GETTER.match(tail) or _CALLED_ON.fullmatch(path))
+    if (_ACCESS.fullmatch(rest) or after[:1] in _CUT and _ACCESS_CUT.fullmatch(rest)) and (
+        (head in _CODE_ROOTS and ("." in path or rest)) or called
     ):
         return True
     return not rest and path.lower() in names and (core != value or after[:1] in (",", ")"))
