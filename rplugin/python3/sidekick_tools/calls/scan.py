@@ -58,9 +58,9 @@ class DiagnosticScan:
         # called with a followed call whose block lost its id (`:e!` of a chat
         # saved before the id was added): the id goes back on the block
         self.on_id_lost: Callable[[Tracked], None] | None = None
-        # called with a call whose result a reload took away (written, not
-        # saved: `:e!`) and that can have it again (`Tracked.final`, or its
-        # task's): it is written again, as DESIGN §5 promises
+        # called with a buffer and its calls whose results a reload took away
+        # (written, not saved: `:e!`) and that can have them again
+        # (`Tracked.final`, or their task's): written again, as DESIGN §5 promises
         self.on_result_reloaded: Callable[[int, list[Tracked]], None] | None = None
         # whether a reply streams into a buffer: its calls are not finished yet
         self.streaming: Callable[[int], bool] = lambda _buf: False
