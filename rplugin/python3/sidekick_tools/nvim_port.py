@@ -210,6 +210,10 @@ class NvimPort:
             buf = _bufnr(args[0])
             gone = self.mirrors.pop(buf, None)
             if gone is not None:
+                # said at once, not only once it is mirrored again: a look at
+                # the text meanwhile (the chat's BufReadPost) knows it came anew
+                if self.on_buffer_change:
+                    self.on_buffer_change(buf, 0, -1)
                 self._watch_again(buf, gone.name)
             if buf in self._attaching:
                 self._detached.add(buf)

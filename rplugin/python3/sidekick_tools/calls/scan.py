@@ -103,11 +103,11 @@ class DiagnosticScan:
 
     def scan(self, buf: int) -> None:
         self._timers.pop(buf, None)
+        mirror = self.port.mirrors.get(buf)
+        if mirror is None:  # not mirrored again yet after a reload: it is scanned then
+            return
         reloaded = buf in self._reloaded
         self._reloaded.discard(buf)
-        mirror = self.port.mirrors.get(buf)
-        if mirror is None:
-            return
         chat = mirror.chat()
         if self.on_scanned is not None:
             self.on_scanned(buf)
