@@ -149,7 +149,7 @@ async def test_a_send_waiting_when_its_chat_was_closed_does_not_go_when_it_is_re
     assert sent == []
 
 
-@pytest.mark.parametrize("saved", [True, False])
+@pytest.mark.parametrize("saved", [True, False, "in text only"])
 async def test_a_result_lost_to_a_closed_chat_says_it_is_written_when_the_chat_is_opened(
     tmp_path, saved
 ):
@@ -162,13 +162,16 @@ async def test_a_result_lost_to_a_closed_chat_says_it_is_written_when_the_chat_i
     runner, port, _ = runner_for(lines)
     tracked = await running(runner, "c1")
     path = tmp_path / "chat.sidekick.md"
-    path.write_text("\n".join(lines if saved else [x.replace(" id=c1", "") for x in lines]))
+    unsaved = [x.replace(" id=c1", "") for x in lines]
+    if saved == "in text only":  # the id in the chat's text, not on the call's header
+        unsaved.insert(0, "USER: what did id=c1 do?")
+    path.write_text("\n".join(lines if saved is True else unsaved))
     tracked.chat = str(path)
     port.mirrors.pop(BUF)  # unloaded
     result = ToolResult(status="completed", body="built", fields={"exit": 0, "task": "aaa111"})
     await runner.chain.deliver(tracked, result)
     await settle(runner)
-    if saved:
+    if saved is True:
         assert told(port, "not written: its chat is no longer loaded; it is written when you open")
     else:
         assert told(port, "closed before the call's id was saved, so opened again the call reads")

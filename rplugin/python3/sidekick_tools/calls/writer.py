@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import logging
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,13 +50,16 @@ def call_lost(chat: Any, tracked: Tracked) -> str:
 
 
 def saved_with_id(tracked: Tracked) -> bool:
-    """Whether the chat's file holds the call's id: opened again, the call's
-    block is found by it (a call run without one got it in the buffer only)."""
+    """Whether the chat's file has the call's block with its id: opened again,
+    the call is found by it (a call run without one got it in the buffer
+    only). Its header, not the id anywhere in the text."""
     if not os.path.isabs(tracked.chat):
         return False
+    call_id = re.escape(tracked.call_id.encode())
+    header = re.compile(rb"^`{3,}tool[ \t][^\n]*?[ \t]id=" + call_id + rb"(?=[ \t\r]|$)", re.M)
     try:
         with open(tracked.chat, "rb") as f:
-            return f"id={tracked.call_id}".encode() in f.read(64 << 20)
+            return header.search(f.read(64 << 20)) is not None
     except OSError:
         return False
 
