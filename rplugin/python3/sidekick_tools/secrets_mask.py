@@ -276,6 +276,7 @@ _GETTER = re.compile(
 # `models`, `crypto`, `serializers`), not a random run of letters and digits
 _CALLED_ON = re.compile(r"[a-z_][a-z_]*[a-z](?:\.[A-Za-z_]\w*)+")
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
+_WORD = re.compile(r"\w*")
 
 
 def _code(value: str, names: tuple[str, ...], after: str, typed: bool) -> bool:
@@ -344,8 +345,9 @@ def _names(match: re.Match[str]) -> tuple[str, ...]:
     start = match.start(1)
     while start and (match.string[start - 1].isalnum() or match.string[start - 1] == "_"):
         start -= 1
-    whole = re.match(r"\w*", match.string[start:])
-    return (word, whole.group().lower() if whole else word)
+    # matched in place: a slice from `start` copied the rest of the text for
+    # each assignment (quadratic in a long log of them)
+    return (word, _WORD.match(match.string, start).group().lower())
 
 
 def _value_sub(match: re.Match[str]) -> str:
