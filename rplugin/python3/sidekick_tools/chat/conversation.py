@@ -118,7 +118,7 @@ def misplaced_front_matter(lines: list[str]) -> int | None:
     it would be read (so it is not): None when there is none such."""
     for row, line in enumerate(lines[:_FRONT_MAX_ROWS]):
         if line.strip(_BLANKS):
-            if row and read_front_matter(lines[row:]) is not None:
+            if row and read_front_matter(lines[row : row + _FRONT_MAX_ROWS]) is not None:
                 return row
             return None
     return None
